@@ -1,0 +1,7 @@
+"""keras-transformer: readable Transformer layers and models for Keras 3."""
+
+__version__ = "0.1.0"
+
+from keras_transformer import layers  # noqa: E402
+
+__all__ = ["__version__", "layers"]

@@ -1,0 +1,21 @@
+"""Reusable Transformer layers (keras.ops only, backend-portable)."""
+
+from keras_transformer.layers.attention import (
+    MultiHeadAttention,
+    scaled_dot_product_attention,
+)
+from keras_transformer.layers.decoder import DecoderBlock, TransformerDecoderBlock
+from keras_transformer.layers.encoder import TransformerEncoderBlock
+from keras_transformer.layers.masking import causal_mask
+from keras_transformer.layers.position import PositionalEmbedding, sinusoidal_encoding
+
+__all__ = [
+    "DecoderBlock",
+    "MultiHeadAttention",
+    "PositionalEmbedding",
+    "TransformerDecoderBlock",
+    "TransformerEncoderBlock",
+    "causal_mask",
+    "scaled_dot_product_attention",
+    "sinusoidal_encoding",
+]

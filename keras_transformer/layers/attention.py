@@ -1,0 +1,277 @@
+"""Scaled dot-product and multi-head attention.
+
+Shape legend: B batch, T query length, S key/value length, H heads,
+D per-head size (`key_dim` or `value_dim`), E model width.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_transformer.layers import validation
+from keras_transformer.layers.masking import (
+    causal_mask,
+    pop_keras_mask,
+    masked_softmax,
+    merge_masks,
+)
+
+
+def scaled_dot_product_attention(query, key, value, mask=None):
+    """softmax(Q·Kᵀ / √d_k)·V with a boolean mask.
+
+    Args:
+        query: `(..., T, d_k)`.
+        key: `(..., S, d_k)`.
+        value: `(..., S, d_v)`.
+        mask: optional boolean, broadcastable to `(..., T, S)`; True = may
+            attend. A query whose keys are all masked gets zero weights.
+
+    Returns:
+        `(output, attention_weights)` of shapes `(..., T, d_v)` and
+        `(..., T, S)`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> q = k = v = np.eye(3, dtype="float32")[None]
+    >>> out, weights = kt.layers.scaled_dot_product_attention(q, k, v)
+    >>> tuple(out.shape), tuple(weights.shape)
+    ((1, 3, 3), (1, 3, 3))
+    """
+    query = ops.convert_to_tensor(query)
+    key = ops.convert_to_tensor(key)
+    value = ops.convert_to_tensor(value)
+    depth = ops.cast(ops.shape(key)[-1], query.dtype)
+    scores = ops.matmul(query, ops.swapaxes(key, -1, -2)) / ops.sqrt(depth)
+    weights = masked_softmax(scores, mask)
+    return ops.matmul(weights, value), weights
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention with the weights of `keras.layers.MultiHeadAttention`.
+
+    Queries, keys and values are projected into `num_heads` heads of size
+    `key_dim` (`value_dim` for values), each head runs scaled dot-product
+    attention, and a learned projection combines the concatenated heads. The
+    sublayers, weight order and shapes are those of
+    `keras.layers.MultiHeadAttention`, so `set_weights(keras_mha.get_weights())`
+    reproduces its outputs. The softmax runs in float32 and a query whose keys
+    are all masked gets a zero attention row (never NaN), including under
+    mixed precision.
+
+    For autoregressive decoding, `call` accepts a fixed-shape key/value
+    `cache` of shape `(B, 2, S_max, H, D)` that is updated in place at
+    `cache_update_index`, so a compiled decode loop never retraces.
+
+    Args:
+        num_heads: number of attention heads.
+        key_dim: size of each query/key head.
+        value_dim: size of each value head; defaults to `key_dim`.
+        dropout: dropout rate on the attention probabilities (training only).
+        use_bias: whether the projections have biases.
+        output_dim: width of the output; defaults to the query's last dim.
+        kernel_initializer: initializer of the projection kernels.
+        bias_initializer: initializer of the projection biases.
+        **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
+
+    Call arguments:
+        query: `(B, T, E_q)`.
+        value: `(B, S, E_v)`; defaults to `query` (self-attention).
+        key: `(B, S, E_k)`; defaults to `value`.
+        attention_mask: boolean `(B, T, S)`, True = may attend. Combined with
+            the Keras masks of `query`, `value` and `key` and the causal mask.
+        use_causal_mask: whether query `t` only attends to keys `<= t`.
+        return_attention_scores: also return the `(B, H, T, S)` probabilities.
+        training: whether attention dropout is active.
+        cache: optional `(B, 2, S_max, H, D)` keys and values. With
+            `cache_update_index` the keys/values of this call are written into
+            it at that index and attention runs over the whole cache; without
+            it the cache is used as is (precomputed cross-attention).
+        cache_update_index: int scalar position of `query[:, 0]`.
+
+    Returns:
+        `(B, T, output_dim)`; with `return_attention_scores`, also the scores;
+        with `cache`, also the updated cache (always last).
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> mha = kt.layers.MultiHeadAttention(num_heads=2, key_dim=4)
+    >>> x = np.random.rand(3, 5, 8).astype("float32")
+    >>> tuple(mha(x, use_causal_mask=True).shape)
+    (3, 5, 8)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        output_dim=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        validation.check_positive_int("num_heads", num_heads)
+        validation.check_positive_int("key_dim", key_dim)
+        validation.check_positive_int("value_dim", value_dim, allow_none=True)
+        validation.check_positive_int("output_dim", output_dim, allow_none=True)
+        validation.check_rate("dropout", dropout)
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim if value_dim is not None else key_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.output_dim = output_dim
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        validation.check_rank("query", query_shape, 3)
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        validation.check_rank("value", value_shape, 3)
+        validation.check_rank("key", key_shape, 3)
+        output_dim = self.output_dim or query_shape[-1]
+        self.query_dense = self._projection("query", self.key_dim, query_shape)
+        self.key_dense = self._projection("key", self.key_dim, key_shape)
+        self.value_dense = self._projection("value", self.value_dim, value_shape)
+        self.output_dense = keras.layers.EinsumDense(
+            "bthd,hde->bte",
+            output_shape=(None, output_dim),
+            bias_axes="e" if self.use_bias else None,
+            name="attention_output",
+            **self._sublayer_kwargs(),
+        )
+        self.output_dense.build((None, None, self.num_heads, self.value_dim))
+        self.attention_dropout = keras.layers.Dropout(
+            self.dropout, dtype=self.dtype_policy, name="attention_dropout"
+        )
+        self.built = True
+
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        attention_mask=None,
+        use_causal_mask=False,
+        return_attention_scores=False,
+        training=None,
+        cache=None,
+        cache_update_index=None,
+    ):
+        value = query if value is None else value
+        key = value if key is None else key
+        mask = self._attention_mask(
+            query, value, key, attention_mask, use_causal_mask, cache, cache_update_index
+        )
+        q = self.query_dense(query)  # (B, T, H, D)
+        if cache is None:
+            k, v = self.key_dense(key), self.value_dense(value)  # (B, S, H, D)
+        elif cache_update_index is None:
+            k, v = cache[:, 0], cache[:, 1]
+        else:
+            kv = ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
+            start = [0, 0, cache_update_index, 0, 0]
+            cache = ops.slice_update(cache, start, ops.cast(kv, cache.dtype))
+            k, v = cache[:, 0], cache[:, 1]
+        output, scores = self._attend(q, k, v, mask, training)
+        output = self.output_dense(output)
+        outputs = (output, scores) if return_attention_scores else (output,)
+        if cache is not None:
+            outputs += (cache,)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def compute_cache(self, value, key=None):
+        """Projects `value`/`key` once into a `(B, 2, S, H, D)` cache.
+
+        Used for cross-attention, whose keys and values do not change while
+        decoding; pass the result as `cache` without `cache_update_index`.
+        """
+        key = value if key is None else key
+        return ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
+
+    def _attend(self, q, k, v, mask, training):
+        q = ops.multiply(q, ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype))
+        scores = ops.einsum("bthd,bshd->bhts", q, k)
+        if mask is not None:
+            mask = ops.expand_dims(mask, 1)  # (B, 1, T, S): same for every head
+        probs = masked_softmax(scores, mask)
+        dropped = self.attention_dropout(probs, training=training)
+        return ops.einsum("bhts,bshd->bthd", dropped, v), probs
+
+    def _attention_mask(
+        self, query, value, key, attention_mask, use_causal_mask, cache, index
+    ):
+        """Merges the explicit, Keras (padding) and causal masks into (B, T, S)."""
+        query_length = ops.shape(query)[1]
+        key_length = ops.shape(value)[1] if cache is None else ops.shape(cache)[2]
+        if attention_mask is not None:
+            expected = (query.shape[0], query.shape[1], None if cache is not None else value.shape[1])
+            validation.check_mask_shape("attention_mask", attention_mask.shape, expected)
+        query_mask = pop_keras_mask(query)
+        key_masks = [pop_keras_mask(value), pop_keras_mask(key)]
+        if cache is not None:
+            key_masks = []
+        return merge_masks(
+            attention_mask,
+            None if query_mask is None else ops.expand_dims(query_mask, -1),
+            *[None if m is None else ops.expand_dims(m, 1) for m in key_masks],
+            causal_mask(query_length, key_length, 0 if index is None else index)
+            if use_causal_mask
+            else None,
+        )
+
+    def _projection(self, name, depth, input_shape):
+        layer = keras.layers.EinsumDense(
+            "bte,ehd->bthd",
+            output_shape=(None, self.num_heads, depth),
+            bias_axes="hd" if self.use_bias else None,
+            name=name,
+            **self._sublayer_kwargs(),
+        )
+        layer.build(input_shape)
+        return layer
+
+    def _sublayer_kwargs(self):
+        return {
+            "kernel_initializer": keras.initializers.get(
+                keras.initializers.serialize(self.kernel_initializer)
+            ),
+            "bias_initializer": keras.initializers.get(
+                keras.initializers.serialize(self.bias_initializer)
+            ),
+            "dtype": self.dtype_policy,
+        }
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "key_dim": self.key_dim,
+                "value_dim": self.value_dim,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "output_dim": self.output_dim,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config
+
+    def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
+        return (*query_shape[:-1], self.output_dim or query_shape[-1])

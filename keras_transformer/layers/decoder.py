@@ -1,0 +1,206 @@
+"""The Transformer decoder block (with or without cross-attention).
+
+Shape legend: B batch, T target length, S context (encoder) length,
+E hidden size, H heads, D head size.
+"""
+
+import keras
+from keras import ops
+
+from keras_transformer.layers import validation
+from keras_transformer.layers.block import TransformerBlockBase
+from keras_transformer.layers.encoder import check_block_inputs, padding_attention_mask
+from keras_transformer.layers.masking import causal_mask, keras_mask, merge_masks
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class TransformerDecoderBlock(TransformerBlockBase):
+    """Causal self-attention, optional cross-attention, then feed-forward.
+
+    Each sub-block has a residual connection and LayerNorm (post-LN by
+    default, pre-LN with `normalize_first=True`). With `cross_attention=True`
+    the second sub-block attends to `context` (the encoder output); with
+    `cross_attention=False` this is a GPT-2 block.
+
+    For generation, `call` takes a fixed-shape self-attention cache
+    `(B, 2, S_max, H, D)` written at `self_attention_cache_update_index`, and a
+    precomputed cross-attention cache (see `compute_cross_attention_cache`),
+    so the same layer objects serve both the full and the cached pass.
+
+    Args:
+        num_heads: number of attention heads.
+        intermediate_dim: width of the feed-forward hidden layer (`dff`).
+        dropout: dropout rate after each sub-block and on attention weights.
+        activation: feed-forward activation.
+        normalize_first: pre-LN instead of post-LN.
+        layer_norm_epsilon: LayerNorm epsilon.
+        cross_attention: whether the block attends to `context`.
+        key_dim: per-head size; defaults to hidden size // `num_heads`.
+        kernel_initializer: initializer of all kernels.
+        bias_initializer: initializer of all biases.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: `(B, T, E)` target-side hidden states.
+        context: `(B, S, E)` encoder output; required when
+            `cross_attention=True` unless `cross_attention_cache` is given.
+        padding_mask: boolean `(B, T)`; defaults to the Keras mask of `inputs`.
+        context_padding_mask: boolean `(B, S)`; defaults to the Keras mask of
+            `context`.
+        training: whether dropout is active.
+        self_attention_cache: `(B, 2, S_max, H, D)` keys/values so far.
+        self_attention_cache_update_index: position of `inputs[:, 0]`.
+        cross_attention_cache: `(B, 2, S, H, D)` from
+            `compute_cross_attention_cache(context)`.
+
+    Returns:
+        `(B, T, E)`; with `self_attention_cache`, the tuple
+        `(outputs, self_attention_cache)`, plus `cross_attention_cache` when
+        `cross_attention=True`.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> block = kt.layers.TransformerDecoderBlock(num_heads=2, intermediate_dim=32)
+    >>> x = np.random.rand(2, 4, 16).astype("float32")
+    >>> context = np.random.rand(2, 6, 16).astype("float32")
+    >>> tuple(block(x, context).shape)
+    (2, 4, 16)
+
+    References:
+        Vaswani et al., "Attention Is All You Need", 2017.
+        Radford et al., "Language Models are Unsupervised Multitask Learners",
+        2019.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        intermediate_dim,
+        dropout=0.1,
+        activation="relu",
+        normalize_first=False,
+        layer_norm_epsilon=1e-6,
+        cross_attention=True,
+        **kwargs,
+    ):
+        super().__init__(
+            num_heads,
+            intermediate_dim,
+            dropout=dropout,
+            activation=activation,
+            normalize_first=normalize_first,
+            layer_norm_epsilon=layer_norm_epsilon,
+            **kwargs,
+        )
+        self.cross_attention = cross_attention
+
+    def build(self, inputs_shape, context_shape=None):
+        validation.check_rank("inputs", inputs_shape, 3)
+        (
+            self.self_attention_layer,
+            self.self_attention_layer_norm,
+            self.self_attention_dropout,
+        ) = self._build_attention("self_attention", inputs_shape)
+        if self.cross_attention:
+            context_shape = inputs_shape if context_shape is None else context_shape
+            validation.check_rank("context", context_shape, 3)
+            (
+                self.cross_attention_layer,
+                self.cross_attention_layer_norm,
+                self.cross_attention_dropout,
+            ) = self._build_attention("cross_attention", inputs_shape, context_shape)
+        self._build_feedforward(inputs_shape)
+        self.built = True
+
+    def call(
+        self,
+        inputs,
+        context=None,
+        padding_mask=None,
+        context_padding_mask=None,
+        training=None,
+        self_attention_cache=None,
+        self_attention_cache_update_index=None,
+        cross_attention_cache=None,
+    ):
+        use_cache = self_attention_cache is not None
+        check_block_inputs(inputs, padding_mask)
+        if self.cross_attention and context is None and cross_attention_cache is None:
+            raise ValueError(
+                "`context` is required when `cross_attention=True`. Received: context=None"
+            )
+        if padding_mask is None:
+            padding_mask = keras_mask(inputs)
+        index = self_attention_cache_update_index
+        caches = {"self": self_attention_cache, "cross": cross_attention_cache}
+
+        def self_attention(h):
+            if not use_cache:
+                mask = merge_masks(
+                    padding_attention_mask(padding_mask),
+                    causal_mask(ops.shape(h)[1], ops.shape(h)[1]),
+                )
+                return self.self_attention_layer(h, attention_mask=mask, training=training)
+            h, caches["self"] = self.self_attention_layer(
+                h,
+                use_causal_mask=True,
+                training=training,
+                cache=caches["self"],
+                cache_update_index=0 if index is None else index,
+            )
+            return h
+
+        x = self._residual(
+            inputs,
+            self_attention,
+            self.self_attention_layer_norm,
+            self.self_attention_dropout,
+            training,
+        )
+        if self.cross_attention:
+            x = self._residual(
+                x,
+                lambda h: self._cross_attend(h, context, padding_mask, context_padding_mask, caches, training),
+                self.cross_attention_layer_norm,
+                self.cross_attention_dropout,
+                training,
+            )
+        x = self._feedforward(x, training)
+        if not use_cache:
+            return x
+        if self.cross_attention:
+            return x, caches["self"], caches["cross"]
+        return x, caches["self"]
+
+    def compute_cross_attention_cache(self, context):
+        """Projects the encoder output once into the `(B, 2, S, H, D)` cache."""
+        return self.cross_attention_layer.compute_cache(context)
+
+    def _cross_attend(self, h, context, padding_mask, context_padding_mask, caches, training):
+        if caches["cross"] is not None:
+            h, caches["cross"] = self.cross_attention_layer(
+                h, cache=caches["cross"], training=training
+            )
+            return h
+        if context_padding_mask is None:
+            context_padding_mask = keras_mask(context)
+        mask = merge_masks(
+            None if padding_mask is None else ops.expand_dims(padding_mask, -1),
+            None
+            if context_padding_mask is None
+            else ops.expand_dims(context_padding_mask, 1),
+        )
+        return self.cross_attention_layer(
+            h, context, attention_mask=mask, training=training
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config["cross_attention"] = self.cross_attention
+        return config
+
+
+# The name the design card uses.
+DecoderBlock = TransformerDecoderBlock

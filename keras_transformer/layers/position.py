@@ -1,0 +1,176 @@
+"""Token embeddings plus sinusoidal or learned position vectors.
+
+Shape legend: B batch, T sequence length, E hidden size.
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_transformer.layers import validation
+
+
+def sinusoidal_encoding(length, depth):
+    """The original paper's interleaved sinusoidal position encoding.
+
+    `PE[p, 2i] = sin(p / 10000^(2i/depth))` and
+    `PE[p, 2i+1] = cos(p / 10000^(2i/depth))`.
+
+    Args:
+        length: number of positions.
+        depth: encoding size; may be odd (the last column is then a sine).
+
+    Returns:
+        A float32 numpy array of shape `(length, depth)`.
+
+    Example:
+
+    >>> import keras_transformer as kt
+    >>> kt.layers.sinusoidal_encoding(50, 16).shape
+    (50, 16)
+    """
+    validation.check_positive_int("length", length)
+    validation.check_positive_int("depth", depth)
+    positions = np.arange(length, dtype="float64")[:, None]
+    even = np.arange(0, depth, 2, dtype="float64")  # the "2i" of the formula
+    angles = positions / np.power(10000.0, even / depth)
+    encoding = np.zeros((length, depth), dtype="float64")
+    encoding[:, 0::2] = np.sin(angles)
+    encoding[:, 1::2] = np.cos(angles[:, : depth // 2])
+    return encoding.astype("float32")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class PositionalEmbedding(keras.layers.Layer):
+    """Token embedding plus a sinusoidal or learned position vector.
+
+    Token id 0 is padding: with `mask_zero=True` the layer emits a Keras mask
+    that downstream blocks use as their padding mask.
+
+    Args:
+        vocabulary_size: number of token ids.
+        sequence_length: the longest sequence the layer accepts.
+        hidden_dim: embedding size.
+        position: `"sinusoidal"` (fixed, the original paper) or `"learned"`
+            (BERT, GPT-2).
+        mask_zero: whether token id 0 is masked as padding.
+        scale_embeddings: multiply token embeddings by √hidden_dim before adding
+            positions, as in the original paper.
+        embeddings_initializer: initializer of token (and learned position)
+            embeddings.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: int token ids `(B, T)` with `T <= sequence_length`.
+        start_index: position of `inputs[:, 0]` (used when decoding with a
+            cache, one token at a time).
+
+    Returns:
+        `(B, T, hidden_dim)` embeddings.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> embed = kt.layers.PositionalEmbedding(100, 16, 8, position="learned")
+    >>> tuple(embed(np.array([[5, 7, 0, 0]])).shape)
+    (1, 4, 8)
+    """
+
+    def __init__(
+        self,
+        vocabulary_size,
+        sequence_length,
+        hidden_dim,
+        position="sinusoidal",
+        mask_zero=True,
+        scale_embeddings=False,
+        embeddings_initializer="uniform",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        validation.check_positive_int("vocabulary_size", vocabulary_size)
+        validation.check_positive_int("sequence_length", sequence_length)
+        validation.check_positive_int("hidden_dim", hidden_dim)
+        validation.check_choice("position", position, ("sinusoidal", "learned"))
+        self.vocabulary_size = vocabulary_size
+        self.sequence_length = sequence_length
+        self.hidden_dim = hidden_dim
+        self.position = position
+        self.mask_zero = mask_zero
+        self.scale_embeddings = scale_embeddings
+        self.embeddings_initializer = keras.initializers.get(embeddings_initializer)
+        self.supports_masking = mask_zero
+
+    def build(self, inputs_shape):
+        validation.check_rank("inputs", inputs_shape, 2)
+        self.token_embedding = keras.layers.Embedding(
+            self.vocabulary_size,
+            self.hidden_dim,
+            embeddings_initializer=keras.initializers.get(
+                keras.initializers.serialize(self.embeddings_initializer)
+            ),
+            dtype=self.dtype_policy,
+            name="token_embedding",
+        )
+        self.token_embedding.build(inputs_shape)
+        if self.position == "learned":
+            self.position_embeddings = self.add_weight(
+                name="position_embeddings",
+                shape=(self.sequence_length, self.hidden_dim),
+                initializer=keras.initializers.get(
+                    keras.initializers.serialize(self.embeddings_initializer)
+                ),
+            )
+        else:
+            # A constant, not a weight: nothing to train or save.
+            self.position_embeddings = sinusoidal_encoding(
+                self.sequence_length, self.hidden_dim
+            )
+        self.built = True
+
+    def call(self, inputs, start_index=0):
+        length = inputs.shape[1]
+        if isinstance(length, int) and isinstance(start_index, int):
+            if start_index + length > self.sequence_length:
+                raise ValueError(
+                    f"`inputs` is longer than `sequence_length={self.sequence_length}`."
+                    f" Received: inputs with shape {tuple(inputs.shape)}"
+                    + (f" at start_index={start_index}" if start_index else "")
+                )
+        embeddings = self.token_embedding(inputs)  # (B, T, E)
+        if self.scale_embeddings:
+            embeddings = embeddings * ops.cast(
+                ops.sqrt(float(self.hidden_dim)), embeddings.dtype
+            )
+        positions = ops.slice(
+            ops.convert_to_tensor(self.position_embeddings),
+            [start_index, 0],
+            [ops.shape(inputs)[1], self.hidden_dim],
+        )
+        return embeddings + ops.cast(positions, embeddings.dtype)[None]
+
+    def compute_mask(self, inputs, mask=None):
+        if not self.mask_zero:
+            return None
+        return ops.not_equal(inputs, 0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary_size": self.vocabulary_size,
+                "sequence_length": self.sequence_length,
+                "hidden_dim": self.hidden_dim,
+                "position": self.position,
+                "mask_zero": self.mask_zero,
+                "scale_embeddings": self.scale_embeddings,
+                "embeddings_initializer": keras.initializers.serialize(
+                    self.embeddings_initializer
+                ),
+            }
+        )
+        return config
+
+    def compute_output_shape(self, inputs_shape):
+        return (*inputs_shape, self.hidden_dim)
