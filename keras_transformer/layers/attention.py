@@ -12,7 +12,8 @@ from keras import ops
 from keras_transformer.layers import validation
 from keras_transformer.layers.masking import (
     causal_mask,
-    pop_keras_mask,
+    clear_keras_mask,
+    keras_mask,
     masked_softmax,
     merge_masks,
 )
@@ -176,7 +177,13 @@ class MultiHeadAttention(keras.layers.Layer):
         value = query if value is None else value
         key = value if key is None else key
         mask = self._attention_mask(
-            query, value, key, attention_mask, use_causal_mask, cache, cache_update_index
+            query,
+            value,
+            key,
+            attention_mask,
+            use_causal_mask,
+            cache,
+            cache_update_index,
         )
         q = self.query_dense(query)  # (B, T, H, D)
         if cache is None:
@@ -220,12 +227,19 @@ class MultiHeadAttention(keras.layers.Layer):
         query_length = ops.shape(query)[1]
         key_length = ops.shape(value)[1] if cache is None else ops.shape(cache)[2]
         if attention_mask is not None:
-            expected = (query.shape[0], query.shape[1], None if cache is not None else value.shape[1])
-            validation.check_mask_shape("attention_mask", attention_mask.shape, expected)
-        query_mask = pop_keras_mask(query)
-        key_masks = [pop_keras_mask(value), pop_keras_mask(key)]
-        if cache is not None:
-            key_masks = []
+            expected = (
+                query.shape[0],
+                query.shape[1],
+                None if cache is not None else value.shape[1],
+            )
+            validation.check_mask_shape(
+                "attention_mask", attention_mask.shape, expected
+            )
+        # Read every mask before detaching any: value and key may be query.
+        query_mask, value_mask, key_mask = (keras_mask(t) for t in (query, value, key))
+        for tensor in (query, value, key):
+            clear_keras_mask(tensor)
+        key_masks = [] if cache is not None else [value_mask, key_mask]
         return merge_masks(
             attention_mask,
             None if query_mask is None else ops.expand_dims(query_mask, -1),
@@ -267,7 +281,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 "dropout": self.dropout,
                 "use_bias": self.use_bias,
                 "output_dim": self.output_dim,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             }
         )

@@ -149,7 +149,9 @@ class TransformerBlockBase(keras.layers.Layer):
                 "normalize_first": self.normalize_first,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "key_dim": self.key_dim,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "kernel_initializer": keras.initializers.serialize(
+                    self.kernel_initializer
+                ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             }
         )

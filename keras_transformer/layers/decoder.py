@@ -129,7 +129,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
         check_block_inputs(inputs, padding_mask)
         if self.cross_attention and context is None and cross_attention_cache is None:
             raise ValueError(
-                "`context` is required when `cross_attention=True`. Received: context=None"
+                "`context` is required when `cross_attention=True`. "
+                "Received: context=None"
             )
         if padding_mask is None:
             padding_mask = keras_mask(inputs)
@@ -142,7 +143,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
                     padding_attention_mask(padding_mask),
                     causal_mask(ops.shape(h)[1], ops.shape(h)[1]),
                 )
-                return self.self_attention_layer(h, attention_mask=mask, training=training)
+                return self.self_attention_layer(
+                    h, attention_mask=mask, training=training
+                )
             h, caches["self"] = self.self_attention_layer(
                 h,
                 use_causal_mask=True,
@@ -162,7 +165,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
         if self.cross_attention:
             x = self._residual(
                 x,
-                lambda h: self._cross_attend(h, context, padding_mask, context_padding_mask, caches, training),
+                lambda h: self._cross_attend(
+                    h, context, padding_mask, context_padding_mask, caches, training
+                ),
                 self.cross_attention_layer_norm,
                 self.cross_attention_dropout,
                 training,
@@ -178,7 +183,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
         """Projects the encoder output once into the `(B, 2, S, H, D)` cache."""
         return self.cross_attention_layer.compute_cache(context)
 
-    def _cross_attend(self, h, context, padding_mask, context_padding_mask, caches, training):
+    def _cross_attend(
+        self, h, context, padding_mask, context_padding_mask, caches, training
+    ):
         if caches["cross"] is not None:
             h, caches["cross"] = self.cross_attention_layer(
                 h, cache=caches["cross"], training=training

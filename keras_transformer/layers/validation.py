@@ -6,19 +6,25 @@ def check_positive_int(name, value, allow_none=False):
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+        raise ValueError(
+            f"`{name}` must be a positive integer. Received: {name}={value!r}"
+        )
 
 
 def check_rate(name, value):
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"`{name}` must be a float in [0, 1). Received: {name}={value!r}")
+        raise ValueError(
+            f"`{name}` must be a float in [0, 1). Received: {name}={value!r}"
+        )
     if not 0.0 <= value < 1.0:
         raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={value!r}")
 
 
 def check_choice(name, value, choices):
     if value not in choices:
-        raise ValueError(f"`{name}` must be one of {list(choices)}. Received: {name}={value!r}")
+        raise ValueError(
+            f"`{name}` must be one of {list(choices)}. Received: {name}={value!r}"
+        )
 
 
 def check_rank(name, shape, rank):
@@ -27,7 +33,8 @@ def check_rank(name, shape, rank):
         return
     if len(shape) != rank:
         raise ValueError(
-            f"`{name}` must have rank {rank}. Received: {name} with shape {tuple(shape)}"
+            f"`{name}` must have rank {rank}. "
+            f"Received: {name} with shape {tuple(shape)}"
         )
 
 

@@ -1,0 +1,178 @@
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from tests.helpers import np_attention, run_layer_test, run_model_saving_test, to_numpy
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
+
+
+def test_scaled_dot_product_attention_golden_numbers():
+    q = k = np.array([[1.0, 0.0], [0.0, 1.0]], "float32")
+    v = np.array([[1.0, 2.0], [3.0, 4.0]], "float32")
+    out, weights = kt.layers.scaled_dot_product_attention(q, k, v)
+    # softmax([1/sqrt(2), 0]) = [0.6697615, 0.3302385]
+    np.testing.assert_allclose(
+        to_numpy(weights), [[0.6697615, 0.3302385], [0.3302385, 0.6697615]], atol=1e-6
+    )
+    np.testing.assert_allclose(
+        to_numpy(out), [[1.660477, 2.660477], [2.339523, 3.339523]], atol=1e-5
+    )
+    mask = np.array([[True, False], [True, True]])
+    out, weights = kt.layers.scaled_dot_product_attention(q, k, v, mask=mask)
+    np.testing.assert_allclose(to_numpy(weights)[0], [1.0, 0.0])
+    np.testing.assert_allclose(to_numpy(out)[0], [1.0, 2.0])
+
+
+def test_scaled_dot_product_attention_fully_masked_row_is_zero():
+    q, k, v = rand(1, 3, 4), rand(1, 5, 4, seed=1), rand(1, 5, 4, seed=2)
+    mask = np.ones((1, 3, 5), bool)
+    mask[0, 1] = False
+    out, weights = kt.layers.scaled_dot_product_attention(q, k, v, mask=mask)
+    assert np.all(to_numpy(weights)[0, 1] == 0) and np.all(to_numpy(out)[0, 1] == 0)
+
+
+def keras_pair(num_heads=2, key_dim=4, output_dim=None, **kwargs):
+    ours = kt.layers.MultiHeadAttention(
+        num_heads, key_dim, output_dim=output_dim, **kwargs
+    )
+    theirs = keras.layers.MultiHeadAttention(
+        num_heads, key_dim, output_shape=output_dim, **kwargs
+    )
+    return ours, theirs
+
+
+@pytest.mark.parametrize(
+    "case", ["self", "cross", "causal", "padded", "scores", "value_dim", "no_bias"]
+)
+def test_multi_head_attention_matches_keras_on_copied_weights(case):
+    kwargs = {}
+    if case == "value_dim":
+        kwargs = {"value_dim": 3, "output_dim": 5}
+    if case == "no_bias":
+        kwargs = {"use_bias": False}
+    ours, theirs = keras_pair(**kwargs)
+    query = rand(2, 5, 8)
+    value = rand(2, 7, 6, seed=1) if case == "cross" else query
+    call = {}
+    if case == "causal":
+        call = {"use_causal_mask": True}
+    if case == "padded":
+        call = {
+            "attention_mask": np.array([[[1] * 5] * 5, [[1, 1, 1, 0, 0]] * 5], bool)
+        }
+    if case == "scores":
+        call = {"return_attention_scores": True, "use_causal_mask": True}
+    expected = theirs(query, value, **call)
+    ours(query, value, **call)
+    assert [w.shape for w in ours.get_weights()] == [
+        w.shape for w in theirs.get_weights()
+    ]
+    ours.set_weights(theirs.get_weights())
+    actual = ours(query, value, **call)
+    keras.tree.map_structure(
+        lambda a, b: np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-5),
+        actual,
+        expected,
+    )
+
+
+def test_multi_head_attention_keras_masks_match_keras():
+    embed = keras.layers.Embedding(10, 8, mask_zero=True)
+    ids = np.array([[1, 2, 3, 0, 0], [4, 5, 6, 7, 8]])
+    ours, theirs = keras_pair()
+    x = embed(ids)
+    expected = to_numpy(theirs(x, x))
+    ours(embed(ids))
+    ours.set_weights(theirs.get_weights())
+    actual = to_numpy(ours(embed(ids)))
+    # Keras gives padded queries a uniform row; ours gives a zero row. Real
+    # positions must agree.
+    real = ids != 0
+    np.testing.assert_allclose(actual[real], expected[real], atol=1e-5)
+
+
+def test_multi_head_attention_matches_numpy_reference():
+    layer = kt.layers.MultiHeadAttention(2, 3)
+    query, value = rand(2, 4, 6), rand(2, 5, 6, seed=1)
+    mask = np.random.default_rng(3).random((2, 4, 5)) > 0.3
+    actual = layer(query, value, attention_mask=mask)
+    expected = np_attention(query, value, layer.get_weights(), mask)
+    np.testing.assert_allclose(to_numpy(actual), expected, atol=1e-5)
+
+
+def test_dropout_only_while_training():
+    layer = kt.layers.MultiHeadAttention(2, 4, dropout=0.5)
+    x = rand(2, 6, 8)
+    np.testing.assert_array_equal(to_numpy(layer(x)), to_numpy(layer(x)))
+    assert not np.allclose(to_numpy(layer(x, training=True)), to_numpy(layer(x)))
+
+
+@pytest.mark.parametrize("dtype", ["mixed_float16", "mixed_bfloat16"])
+def test_fully_masked_rows_are_finite_zero_under_mixed_precision(dtype):
+    layer = kt.layers.MultiHeadAttention(2, 4, dtype=dtype)
+    x = rand(2, 3, 8) * 100
+    mask = np.ones((2, 3, 3), bool)
+    mask[1, 2] = False
+    out, scores = layer(x, attention_mask=mask, return_attention_scores=True)
+    out, scores = to_numpy(out).astype("float32"), to_numpy(scores).astype("float32")
+    assert np.all(np.isfinite(out)) and np.all(np.isfinite(scores))
+    assert np.all(scores[1, :, 2] == 0)
+    np.testing.assert_allclose(scores[0].sum(-1), 1.0, atol=1e-2)
+
+
+def test_cache_updates_in_place_and_matches_full_attention():
+    layer = kt.layers.MultiHeadAttention(2, 4)
+    x = rand(2, 6, 8)
+    full = to_numpy(layer(x, use_causal_mask=True))
+    cache = np.zeros((2, 2, 6, 2, 4), "float32")
+    steps = []
+    for i in range(6):
+        out, cache = layer(
+            x[:, i : i + 1], use_causal_mask=True, cache=cache, cache_update_index=i
+        )
+        steps.append(to_numpy(out))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+    assert tuple(cache.shape) == (2, 2, 6, 2, 4)
+
+
+def test_precomputed_cross_attention_cache_matches():
+    layer = kt.layers.MultiHeadAttention(2, 4)
+    query, context = rand(2, 3, 8), rand(2, 5, 8, seed=1)
+    expected = to_numpy(layer(query, context))
+    out, _ = layer(query, cache=layer.compute_cache(context))
+    np.testing.assert_allclose(to_numpy(out), expected, atol=1e-6)
+
+
+def test_config_and_keras_round_trip(tmp_path):
+    layer = kt.layers.MultiHeadAttention(2, 4, value_dim=3, dropout=0.1, output_dim=6)
+    run_layer_test(layer, rand(2, 5, 8), rand(2, 4, 8), expected_output_shape=(2, 5, 6))
+    inputs = keras.Input((5, 8))
+    model = keras.Model(inputs, layer(inputs, use_causal_mask=True))
+    run_model_saving_test(model, rand(2, 5, 8), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_heads": 0, "key_dim": 4}, "num_heads=0"),
+        ({"num_heads": 2, "key_dim": -1}, "key_dim=-1"),
+        ({"num_heads": 2, "key_dim": 4, "dropout": 1.0}, "dropout=1.0"),
+        ({"num_heads": 2, "key_dim": 4, "dropout": -0.1}, "dropout=-0.1"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        kt.layers.MultiHeadAttention(**kwargs)
+
+
+def test_bad_call_arguments():
+    layer = kt.layers.MultiHeadAttention(2, 4)
+    with pytest.raises(ValueError, match="query.*rank 3"):
+        layer(rand(5, 8))
+    layer(rand(2, 5, 8))
+    with pytest.raises(ValueError, match="attention_mask.*\\(2, 5, 4\\)"):
+        layer(rand(2, 5, 8), attention_mask=np.ones((2, 5, 4), bool))

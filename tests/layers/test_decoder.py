@@ -1,0 +1,173 @@
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from tests.helpers import (
+    np_attention,
+    np_feedforward,
+    np_layer_norm,
+    np_relu,
+    run_layer_test,
+    run_model_saving_test,
+    to_numpy,
+)
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
+
+
+def np_decoder_block(block, x, context, padding, context_padding):
+    eps = block.layer_norm_epsilon
+    causal = np.tril(np.ones((x.shape[1], x.shape[1]), bool))[None]
+    self_mask = causal & padding[:, :, None] & padding[:, None, :]
+    cross_mask = padding[:, :, None] & context_padding[:, None, :]
+    sublayers = [
+        (
+            lambda h: np_attention(
+                h, h, block.self_attention_layer.get_weights(), self_mask
+            ),
+            block.self_attention_layer_norm.get_weights(),
+        ),
+        (
+            lambda h: np_attention(
+                h, context, block.cross_attention_layer.get_weights(), cross_mask
+            ),
+            block.cross_attention_layer_norm.get_weights(),
+        ),
+        (
+            lambda h: np_feedforward(
+                h,
+                block.feedforward_intermediate_dense.get_weights()
+                + block.feedforward_output_dense.get_weights(),
+                np_relu,
+            ),
+            block.feedforward_layer_norm.get_weights(),
+        ),
+    ]
+    for fn, norm in sublayers:
+        if block.normalize_first:
+            x = x + fn(np_layer_norm(x, *norm, eps))
+        else:
+            x = np_layer_norm(x + fn(x), *norm, eps)
+    return x
+
+
+@pytest.mark.parametrize("normalize_first", [False, True])
+def test_decoder_block_matches_numpy_reference(normalize_first):
+    block = kt.layers.TransformerDecoderBlock(
+        num_heads=2, intermediate_dim=12, normalize_first=normalize_first
+    )
+    x, context = rand(2, 4, 8), rand(2, 5, 8, seed=1)
+    padding = np.array([[1, 1, 1, 1], [1, 1, 0, 0]], bool)
+    context_padding = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)
+    out = run_layer_test(
+        block,
+        x,
+        context,
+        padding_mask=padding,
+        context_padding_mask=context_padding,
+        expected_output_shape=x.shape,
+    )
+    expected = np_decoder_block(block, x, context, padding, context_padding)
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+def test_future_tokens_never_change_earlier_outputs():
+    block = kt.layers.TransformerDecoderBlock(2, 16, cross_attention=False)
+    x = rand(1, 6, 8)
+    changed = x.copy()
+    changed[0, 4:] = rand(2, 8, seed=5)
+    before, after = to_numpy(block(x)), to_numpy(block(changed))
+    np.testing.assert_allclose(after[0, :4], before[0, :4], atol=1e-6)
+    assert not np.allclose(after[0, 4:], before[0, 4:])
+
+
+def test_keras_masks_equal_explicit_masks_and_padding_invariance():
+    embed = kt.layers.PositionalEmbedding(30, 6, 8)
+    block = kt.layers.TransformerDecoderBlock(2, 16)
+    target = np.array([[3, 4, 0, 0], [5, 6, 7, 8]])
+    source = np.array([[9, 10, 11, 0, 0, 0], [12, 13, 14, 15, 16, 17]])
+    via_keras = to_numpy(block(embed(target), embed(source)))
+    explicit = to_numpy(
+        block(
+            embed(target),
+            embed(source),
+            padding_mask=target != 0,
+            context_padding_mask=source != 0,
+        )
+    )
+    np.testing.assert_array_equal(via_keras, explicit)
+    other_source = source.copy()
+    other_source[0, 3:] = 20
+    changed = to_numpy(
+        block(
+            embed(target),
+            embed(other_source),
+            context_padding_mask=source != 0,
+            padding_mask=target != 0,
+        )
+    )
+    np.testing.assert_allclose(changed[0, :2], explicit[0, :2], atol=1e-6)
+
+
+@pytest.mark.parametrize("cross_attention", [False, True])
+def test_cached_decoding_equals_full_pass(cross_attention):
+    block = kt.layers.TransformerDecoderBlock(
+        2, 16, cross_attention=cross_attention, normalize_first=not cross_attention
+    )
+    x, context = rand(2, 5, 8), rand(2, 3, 8, seed=1)
+    full = to_numpy(block(x, context if cross_attention else None))
+    cache = np.zeros((2, 2, 5, 2, 4), "float32")
+    cross_cache = (
+        block.compute_cross_attention_cache(context) if cross_attention else None
+    )
+    # The prompt (2 tokens) in one call, then one token at a time.
+    pieces, start = [], 0
+    for stop in (2, 3, 4, 5):
+        outputs = block(
+            x[:, start:stop],
+            self_attention_cache=cache,
+            self_attention_cache_update_index=start,
+            cross_attention_cache=cross_cache,
+        )
+        pieces.append(to_numpy(outputs[0]))
+        cache = outputs[1]
+        start = stop
+    np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=1e-5)
+
+
+def test_gpt_block_round_trip_and_alias(tmp_path):
+    assert kt.layers.DecoderBlock is kt.layers.TransformerDecoderBlock
+    inputs = keras.Input((4,), dtype="int32")
+    h = kt.layers.PositionalEmbedding(10, 4, 8, position="learned")(inputs)
+    block = kt.layers.DecoderBlock(
+        2, 16, cross_attention=False, normalize_first=True, activation="gelu"
+    )
+    model = keras.Model(inputs, block(h))
+    restored = run_model_saving_test(model, np.array([[1, 2, 3, 0]]), tmp_path)
+    assert restored.layers[-1].get_config() == block.get_config()
+
+
+@pytest.mark.parametrize("dtype", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_fully_padded_target_is_finite(dtype):
+    block = kt.layers.TransformerDecoderBlock(2, 16, dtype=dtype)
+    out = block(
+        rand(2, 3, 8) * 30,
+        rand(2, 4, 8),
+        padding_mask=np.array([[1, 0, 0], [0, 0, 0]], bool),
+        context_padding_mask=np.zeros((2, 4), bool),
+    )
+    assert np.all(np.isfinite(to_numpy(out).astype("float32")))
+
+
+def test_bad_arguments():
+    block = kt.layers.TransformerDecoderBlock(2, 16)
+    with pytest.raises(ValueError, match="context.*context=None"):
+        block(rand(1, 3, 8))
+    with pytest.raises(ValueError, match="dropout=-1"):
+        kt.layers.TransformerDecoderBlock(2, 16, dropout=-1)
+    gpt_block = kt.layers.TransformerDecoderBlock(2, 16, cross_attention=False)
+    with pytest.raises(ValueError, match="padding_mask.*\\(1, 3\\)"):
+        gpt_block(rand(1, 3, 8), padding_mask=np.ones((1, 4), bool))
