@@ -64,9 +64,12 @@ class PositionalEmbedding(keras.layers.Layer):
         inputs: int token ids `(B, T)` with `T <= sequence_length`.
         start_index: position of `inputs[:, 0]` (used when decoding with a
             cache, one token at a time).
+        reverse: if True, `inputs` are hidden states `(B, T, hidden_dim)` and
+            the layer returns float32 logits `(B, T, vocabulary_size)` through
+            the transposed token embedding (a tied output projection).
 
     Returns:
-        `(B, T, hidden_dim)` embeddings.
+        `(B, T, hidden_dim)` embeddings, or logits with `reverse=True`.
 
     Example:
 
@@ -129,7 +132,13 @@ class PositionalEmbedding(keras.layers.Layer):
             )
         self.built = True
 
-    def call(self, inputs, start_index=0):
+    def call(self, inputs, start_index=0, reverse=False):
+        if reverse:
+            # Tied output projection: hidden states (B, T, E) -> float32
+            # logits (B, T, vocabulary_size) through the token embedding.
+            kernel = ops.cast(self.token_embedding.embeddings, inputs.dtype)
+            logits = ops.matmul(inputs, ops.transpose(kernel))
+            return ops.cast(logits, "float32")
         length = inputs.shape[1]
         if isinstance(length, int) and isinstance(start_index, int):
             if start_index + length > self.sequence_length:
@@ -151,7 +160,8 @@ class PositionalEmbedding(keras.layers.Layer):
         return embeddings + ops.cast(positions, embeddings.dtype)[None]
 
     def compute_mask(self, inputs, mask=None):
-        if not self.mask_zero:
+        # Keras calls this without `reverse`; reversed inputs are rank 3.
+        if not self.mask_zero or len(inputs.shape) != 2:
             return None
         return ops.not_equal(inputs, 0)
 
@@ -173,4 +183,6 @@ class PositionalEmbedding(keras.layers.Layer):
         return config
 
     def compute_output_shape(self, inputs_shape):
+        if len(inputs_shape) == 3:  # reverse=True: hidden states -> logits
+            return (*inputs_shape[:-1], self.vocabulary_size)
         return (*inputs_shape, self.hidden_dim)

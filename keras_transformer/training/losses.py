@@ -1,0 +1,76 @@
+"""Cross-entropy that ignores padding, with label smoothing."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
+    """Sparse cross-entropy averaged over real tokens only.
+
+    Positions whose label is `ignore_id` (0, padding, by default) contribute
+    nothing and are not counted. With `label_smoothing=ε` the target puts
+    `1 - ε` on the label and spreads `ε` uniformly over the vocabulary, as in
+    "Attention Is All You Need" (ε = 0.1).
+
+    Args:
+        from_logits: whether `y_pred` are logits (True) or probabilities.
+        label_smoothing: ε in [0, 1).
+        ignore_id: label id to ignore.
+        name: loss name.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> loss = kt.training.MaskedSparseCategoricalCrossentropy()
+    >>> logits = np.log(np.array([[[0.5, 0.5], [0.9, 0.1]]], "float32"))
+    >>> round(float(loss(np.array([[1, 0]]), logits)), 4)  # -log(0.5), padding ignored
+    0.6931
+    """
+
+    def __init__(
+        self,
+        from_logits=True,
+        label_smoothing=0.0,
+        ignore_id=0,
+        name="masked_sparse_categorical_crossentropy",
+        **kwargs,
+    ):
+        super().__init__(name=name, **kwargs)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(
+                "`label_smoothing` must be in [0, 1). "
+                f"Received: label_smoothing={label_smoothing!r}"
+            )
+        self.from_logits = from_logits
+        self.label_smoothing = label_smoothing
+        self.ignore_id = ignore_id
+
+    def call(self, y_true, y_pred):
+        y_pred = ops.cast(y_pred, "float32")
+        y_true = ops.cast(y_true, "int32")
+        if self.from_logits:
+            log_probs = ops.log_softmax(y_pred, axis=-1)
+        else:
+            log_probs = ops.log(ops.clip(y_pred, 1e-7, 1.0))
+        nll = -ops.squeeze(
+            ops.take_along_axis(log_probs, y_true[..., None], axis=-1), -1
+        )
+        if self.label_smoothing:
+            uniform = -ops.mean(log_probs, axis=-1)
+            nll = (1.0 - self.label_smoothing) * nll + self.label_smoothing * uniform
+        weights = ops.cast(ops.not_equal(y_true, self.ignore_id), "float32")
+        # One scalar per batch: the mean over real tokens, not over all slots.
+        return ops.sum(nll * weights) / ops.maximum(ops.sum(weights), 1.0)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "from_logits": self.from_logits,
+                "label_smoothing": self.label_smoothing,
+                "ignore_id": self.ignore_id,
+            }
+        )
+        return config
