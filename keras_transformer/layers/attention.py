@@ -12,7 +12,6 @@ from keras import ops
 from keras_transformer.layers import validation
 from keras_transformer.layers.masking import (
     causal_mask,
-    clear_keras_mask,
     keras_mask,
     masked_softmax,
     merge_masks,
@@ -235,11 +234,10 @@ class MultiHeadAttention(keras.layers.Layer):
             validation.check_mask_shape(
                 "attention_mask", attention_mask.shape, expected
             )
-        # Read every mask before detaching any: value and key may be query.
-        query_mask, value_mask, key_mask = (keras_mask(t) for t in (query, value, key))
-        for tensor in (query, value, key):
-            clear_keras_mask(tensor)
-        key_masks = [] if cache is not None else [value_mask, key_mask]
+        query_mask = keras_mask(query)
+        key_masks = []
+        if cache is None:
+            key_masks = [keras_mask(value), None if key is value else keras_mask(key)]
         return merge_masks(
             attention_mask,
             None if query_mask is None else ops.expand_dims(query_mask, -1),
@@ -257,6 +255,9 @@ class MultiHeadAttention(keras.layers.Layer):
             name=name,
             **self._sublayer_kwargs(),
         )
+        # Masks are read in `call`; passing them through the projections
+        # (instead of dropping them with a warning) keeps inputs untouched.
+        layer.supports_masking = True
         layer.build(input_shape)
         return layer
 

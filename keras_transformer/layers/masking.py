@@ -20,17 +20,6 @@ def keras_mask(x):
     return getattr(x, "_keras_mask", None)
 
 
-def clear_keras_mask(x):
-    """Detaches the Keras mask of `x`, if any.
-
-    Attention layers consume the masks of their inputs themselves; detaching
-    them keeps the inner projections from seeing (and warning about) them,
-    as `keras.layers.MultiHeadAttention` does.
-    """
-    if keras_mask(x) is not None:
-        x._keras_mask = None
-
-
 def causal_mask(query_length, key_length, start_index=0):
     """Lower-triangular mask of shape `(1, T, S)`.
 

@@ -1,0 +1,75 @@
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from tests.helpers import run_model_saving_test, to_numpy
+
+VOCAB, START, END = 14, 1, 2
+
+
+def tiny_seq2seq(**kwargs):
+    args = dict(num_layers=2, num_heads=4, hidden_dim=64, intermediate_dim=128,
+                max_sequence_length=12, dropout=0.0)  # fmt: skip
+    args.update(kwargs)
+    return kt.models.seq2seq(VOCAB, **args)
+
+
+def reversal_data(num, length=6, seed=0):
+    source = np.random.default_rng(seed).integers(3, VOCAB, (num, length))
+    target = source[:, ::-1]
+    decoder_in = np.concatenate([np.full((num, 1), START), target], axis=1)
+    labels = np.concatenate([target, np.full((num, 1), END)], axis=1)
+    features = {"encoder_token_ids": source, "decoder_token_ids": decoder_in}
+    return {k: v.astype("int32") for k, v in features.items()}, labels.astype("int32")
+
+
+@pytest.mark.slow
+def test_seq2seq_learns_to_reverse_sequences():
+    keras.utils.set_random_seed(0)
+    model = tiny_seq2seq()
+    model.compile(
+        optimizer=keras.optimizers.Adam(kt.training.TransformerSchedule(64, 200)),
+        loss=kt.training.MaskedSparseCategoricalCrossentropy(label_smoothing=0.05),
+        metrics=[kt.training.MaskedAccuracy()],
+        jit_compile=True,
+    )
+    x, y = reversal_data(8192)
+    model.fit(x, y, batch_size=64, epochs=6, verbose=0)
+    test_x, test_y = reversal_data(512, seed=1)
+    predictions = np.argmax(to_numpy(model.predict(test_x, verbose=0)), axis=-1)
+    assert np.mean(predictions == test_y) >= 0.99
+
+
+def test_padding_and_causality_at_model_level():
+    model = tiny_seq2seq(dropout=0.1)
+    x, _ = reversal_data(1)
+    logits = to_numpy(model(x))
+    padded = {
+        "encoder_token_ids": np.concatenate([x["encoder_token_ids"], [[0, 0]]], 1),
+        "decoder_token_ids": x["decoder_token_ids"],
+    }
+    np.testing.assert_allclose(to_numpy(model(padded)), logits, atol=1e-5)
+    future = {**x, "decoder_token_ids": x["decoder_token_ids"].copy()}
+    future["decoder_token_ids"][0, 4:] = 3
+    np.testing.assert_allclose(to_numpy(model(future))[:, :4], logits[:, :4], atol=1e-5)
+
+
+@pytest.mark.parametrize("target_vocabulary_size, tie", [(None, True), (9, False)])
+def test_vocabularies_and_round_trip(tmp_path, target_vocabulary_size, tie):
+    model = tiny_seq2seq(
+        target_vocabulary_size=target_vocabulary_size, tie_embeddings=tie
+    )
+    x, _ = reversal_data(2)
+    x["decoder_token_ids"] = np.minimum(x["decoder_token_ids"], 8)
+    logits = run_model_saving_test(model, x, tmp_path)(x)
+    assert tuple(logits.shape) == (2, 7, target_vocabulary_size or VOCAB)
+    shared = target_vocabulary_size is None
+    assert ("embeddings" in [layer.name for layer in model.layers]) == shared
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="Unknown seq2seq preset"):
+        kt.models.seq2seq("transformer_huge")
+    with pytest.raises(ValueError, match="vocabulary_size=1"):
+        tiny_seq2seq(target_vocabulary_size=1)
