@@ -32,7 +32,6 @@ def test_seq2seq_learns_to_reverse_sequences():
         optimizer=keras.optimizers.Adam(kt.training.TransformerSchedule(64, 200)),
         loss=kt.training.MaskedSparseCategoricalCrossentropy(label_smoothing=0.05),
         metrics=[kt.training.MaskedAccuracy()],
-        jit_compile=True,
     )
     x, y = reversal_data(8192)
     model.fit(x, y, batch_size=64, epochs=6, verbose=0)
