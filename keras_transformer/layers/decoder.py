@@ -186,13 +186,16 @@ class TransformerDecoderBlock(TransformerBlockBase):
     def _cross_attend(
         self, h, context, padding_mask, context_padding_mask, caches, training
     ):
+        if context_padding_mask is None and context is not None:
+            context_padding_mask = keras_mask(context)
         if caches["cross"] is not None:
+            mask = None
+            if context_padding_mask is not None:
+                mask = ops.expand_dims(context_padding_mask, 1)  # (B, 1, S)
             h, caches["cross"] = self.cross_attention_layer(
-                h, cache=caches["cross"], training=training
+                h, attention_mask=mask, cache=caches["cross"], training=training
             )
             return h
-        if context_padding_mask is None:
-            context_padding_mask = keras_mask(context)
         mask = merge_masks(
             None if padding_mask is None else ops.expand_dims(padding_mask, -1),
             None

@@ -84,10 +84,8 @@ def gpt2(
         embeddings_initializer=normal_initializer(),
         name="embeddings",
     )
-    x = embeddings(token_ids)  # (B, T, E), masked where token_ids == 0
-    x = keras.layers.Dropout(dropout, name="embeddings_dropout")(x)
-    for i in range(num_layers):
-        x = TransformerDecoderBlock(
+    blocks = [
+        TransformerDecoderBlock(
             num_heads,
             intermediate_dim,
             dropout=dropout,
@@ -97,7 +95,64 @@ def gpt2(
             cross_attention=False,
             kernel_initializer=normal_initializer(),
             name=f"transformer_layer_{i}",
-        )(x)
-    x = keras.layers.LayerNormalization(epsilon=1e-5, name="final_layer_norm")(x)
-    logits = embeddings(x, reverse=True)  # (B, T, V) float32
+        )
+        for i in range(num_layers)
+    ]
+    layers = {
+        "embeddings": embeddings,
+        "embeddings_dropout": keras.layers.Dropout(dropout, name="embeddings_dropout"),
+        "blocks": blocks,
+        "final_layer_norm": keras.layers.LayerNormalization(
+            epsilon=1e-5, name="final_layer_norm"
+        ),
+    }
+    logits, _ = gpt2_forward(layers, token_ids)
     return keras.Model(token_ids, logits, name="gpt2")
+
+
+def gpt2_layers(model):
+    """The named layers of a `gpt2` model (also one loaded from a file)."""
+    num_layers = sum(
+        layer.name.startswith("transformer_layer_") for layer in model.layers
+    )
+    return {
+        "embeddings": model.get_layer("embeddings"),
+        "embeddings_dropout": model.get_layer("embeddings_dropout"),
+        "blocks": [
+            model.get_layer(f"transformer_layer_{i}") for i in range(num_layers)
+        ],
+        "final_layer_norm": model.get_layer("final_layer_norm"),
+    }
+
+
+def gpt2_forward(layers, token_ids, caches=None, index=None):
+    """The GPT-2 forward pass, written once: it builds the functional model
+    and, with `caches`, runs one cached decoding step on the same layers.
+
+    Args:
+        layers: the dict of `gpt2_layers(model)`.
+        token_ids: `(B, T)`.
+        caches: None, or one `(B, 2, S_max, H, D)` cache per block.
+        index: with `caches`, the position of `token_ids[:, 0]`.
+
+    Returns:
+        `(logits, caches)`: float32 logits `(B, T, V)` and the updated caches
+        (None without `caches`).
+    """
+    start = 0 if index is None else index
+    x = layers["embeddings"](token_ids, start_index=start)  # (B, T, E)
+    x = layers["embeddings_dropout"](x)
+    updated = []
+    for i, block in enumerate(layers["blocks"]):
+        if caches is None:
+            x = block(x)
+        else:
+            x, cache = block(
+                x,
+                self_attention_cache=caches[i],
+                self_attention_cache_update_index=start,
+            )
+            updated.append(cache)
+    x = layers["final_layer_norm"](x)
+    logits = layers["embeddings"](x, reverse=True)  # (B, T, V), tied weights
+    return logits, (updated if caches is not None else None)

@@ -119,24 +119,33 @@ def seq2seq(
         encoder_embeddings = embedding(vocabulary_size, "encoder_embeddings")
         decoder_embeddings = embedding(target_vocabulary_size, "decoder_embeddings")
 
-    x = encoder_embeddings(encoder_token_ids)  # (B, S, E), masked at padding
-    x = keras.layers.Dropout(dropout, name="encoder_embeddings_dropout")(x)
-    for i in range(num_layers):
-        x = TransformerEncoderBlock(
-            num_heads, intermediate_dim, dropout=dropout, name=f"encoder_layer_{i}"
-        )(x)
-    y = decoder_embeddings(decoder_token_ids)  # (B, T, E)
-    y = keras.layers.Dropout(dropout, name="decoder_embeddings_dropout")(y)
-    for i in range(num_layers):
-        y = TransformerDecoderBlock(
-            num_heads, intermediate_dim, dropout=dropout, name=f"decoder_layer_{i}"
-        )(y, x)
-    if tie_embeddings:
-        logits = decoder_embeddings(y, reverse=True)
-    else:
-        logits = keras.layers.Dense(
-            target_vocabulary_size, dtype="float32", name="logits"
-        )(y)
+    layers = {
+        "encoder_embeddings": encoder_embeddings,
+        "encoder_embeddings_dropout": keras.layers.Dropout(
+            dropout, name="encoder_embeddings_dropout"
+        ),
+        "encoder_blocks": [
+            TransformerEncoderBlock(
+                num_heads, intermediate_dim, dropout=dropout, name=f"encoder_layer_{i}"
+            )
+            for i in range(num_layers)
+        ],
+        "decoder_embeddings": decoder_embeddings,
+        "decoder_embeddings_dropout": keras.layers.Dropout(
+            dropout, name="decoder_embeddings_dropout"
+        ),
+        "decoder_blocks": [
+            TransformerDecoderBlock(
+                num_heads, intermediate_dim, dropout=dropout, name=f"decoder_layer_{i}"
+            )
+            for i in range(num_layers)
+        ],
+        "logits": None
+        if tie_embeddings
+        else keras.layers.Dense(target_vocabulary_size, dtype="float32", name="logits"),
+    }
+    context = seq2seq_encode(layers, encoder_token_ids)
+    logits, _ = seq2seq_decode(layers, decoder_token_ids, context)
     return keras.Model(
         {
             "encoder_token_ids": encoder_token_ids,
@@ -145,3 +154,75 @@ def seq2seq(
         logits,
         name="seq2seq",
     )
+
+
+def seq2seq_layers(model):
+    """The named layers of a `seq2seq` model (also one loaded from a file)."""
+    names = [layer.name for layer in model.layers]
+    shared = "embeddings" in names
+    num_layers = sum(name.startswith("encoder_layer_") for name in names)
+    return {
+        "encoder_embeddings": model.get_layer(
+            "embeddings" if shared else "encoder_embeddings"
+        ),
+        "encoder_embeddings_dropout": model.get_layer("encoder_embeddings_dropout"),
+        "encoder_blocks": [
+            model.get_layer(f"encoder_layer_{i}") for i in range(num_layers)
+        ],
+        "decoder_embeddings": model.get_layer(
+            "embeddings" if shared else "decoder_embeddings"
+        ),
+        "decoder_embeddings_dropout": model.get_layer("decoder_embeddings_dropout"),
+        "decoder_blocks": [
+            model.get_layer(f"decoder_layer_{i}") for i in range(num_layers)
+        ],
+        "logits": model.get_layer("logits") if "logits" in names else None,
+    }
+
+
+def seq2seq_encode(layers, encoder_token_ids):
+    """Encoder half of the forward pass: `(B, S)` ids -> `(B, S, E)` context."""
+    x = layers["encoder_embeddings"](encoder_token_ids)  # masked at padding
+    x = layers["encoder_embeddings_dropout"](x)
+    for block in layers["encoder_blocks"]:
+        x = block(x)
+    return x
+
+
+def seq2seq_decode(
+    layers,
+    decoder_token_ids,
+    context=None,
+    caches=None,
+    index=None,
+    cross_caches=None,
+    context_padding_mask=None,
+):
+    """Decoder half, written once for the model and for cached decoding.
+
+    The last encoder output `context` feeds every decoder block. With
+    `caches` (one self-attention cache per block), `index` and
+    `cross_caches` (from `compute_cross_attention_cache`), it runs one cached
+    step. Returns `(logits, caches)`.
+    """
+    start = 0 if index is None else index
+    y = layers["decoder_embeddings"](decoder_token_ids, start_index=start)  # (B, T, E)
+    y = layers["decoder_embeddings_dropout"](y)
+    updated = []
+    for i, block in enumerate(layers["decoder_blocks"]):
+        if caches is None:
+            y = block(y, context, context_padding_mask=context_padding_mask)
+        else:
+            y, cache, _ = block(
+                y,
+                context_padding_mask=context_padding_mask,
+                self_attention_cache=caches[i],
+                self_attention_cache_update_index=start,
+                cross_attention_cache=cross_caches[i],
+            )
+            updated.append(cache)
+    if layers["logits"] is None:
+        logits = layers["decoder_embeddings"](y, reverse=True)  # tied weights
+    else:
+        logits = layers["logits"](y)
+    return logits, (updated if caches is not None else None)

@@ -1,0 +1,24 @@
+"""Autoregressive generation with a compiled KV cache, and its samplers."""
+
+from keras_transformer.generation.decode import compiled_decode_fn, generate
+from keras_transformer.generation.samplers import (
+    BeamSampler,
+    GreedySampler,
+    Sampler,
+    TemperatureSampler,
+    TopKSampler,
+    TopPSampler,
+    get_sampler,
+)
+
+__all__ = [
+    "BeamSampler",
+    "GreedySampler",
+    "Sampler",
+    "TemperatureSampler",
+    "TopKSampler",
+    "TopPSampler",
+    "compiled_decode_fn",
+    "generate",
+    "get_sampler",
+]
