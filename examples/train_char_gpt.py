@@ -99,8 +99,13 @@ def main():
         losses[name] = model.evaluate(ex, ey, batch_size=args.batch_size, verbose=0)
     wall = time.perf_counter() - START
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"step {args.steps}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-    print(f"wall time: {wall:.1f} s end to end ({train_time:.1f} s to the end of training)")
+    print(
+        f"step {args.steps}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}"
+    )
+    print(
+        f"wall time: {wall:.1f} s end to end "
+        f"({train_time:.1f} s to the end of training)"
+    )
     print(f"peak memory (max RSS): {peak_mb:.0f} MB")
 
     if args.sample:

@@ -2,6 +2,6 @@
 
 __version__ = "0.1.0"
 
-from keras_transformer import layers, models, training  # noqa: E402
+from keras_transformer import generation, layers, models, text, training  # noqa: E402
 
-__all__ = ["__version__", "layers", "models", "training"]
+__all__ = ["__version__", "generation", "layers", "models", "text", "training"]

@@ -1,0 +1,170 @@
+"""Loading text corpora from files, and downloading a few public ones."""
+
+import os
+
+import keras
+import tensorflow as tf
+
+# Pinned to a commit so the checksum always holds.
+TINY_SHAKESPEARE_URL = (
+    "https://raw.githubusercontent.com/karpathy/char-rnn/"
+    "6f9487a6fe5b420b7ca9afb0d7c078e37c1d1b4e/data/tinyshakespeare/input.txt"
+)
+TINY_SHAKESPEARE_SHA256 = (
+    "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+)
+IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
+IMDB_SHA256 = "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe"
+
+
+def _check_file(path):
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"Text file not found: {path!r}")
+    return path
+
+
+def _tsv_rows(path, columns):
+    """`(line number, fields)` of each non-empty line, split on tabs.
+
+    Invalid UTF-8 bytes decode as U+FFFD. A line with fewer than `columns`
+    fields raises a ValueError naming the file and line.
+    """
+    path = _check_file(path)
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            fields = line.split("\t")
+            if len(fields) < columns:
+                raise ValueError(
+                    f"{path}, line {number}: expected {columns} tab-separated "
+                    f"fields, found {len(fields)}. Received: {line[:80]!r}"
+                )
+            yield number, fields
+
+
+def load_text(path, skip_empty=True):
+    """The lines of a plain-text file as a `tf.data.Dataset` of strings.
+
+    Lines are streamed, not read into memory; a trailing `\\r` is removed.
+    Bytes are passed on as they are: the tokenizers replace invalid UTF-8.
+
+    Args:
+        path: a text file.
+        skip_empty: drop lines that are empty or whitespace only.
+
+    Returns:
+        A `tf.data.Dataset` of scalar strings, one per line.
+    """
+    path = _check_file(path)
+    lines = tf.data.TextLineDataset(path).map(
+        lambda line: tf.strings.regex_replace(line, "\r$", "")
+    )
+    if skip_empty:
+        lines = lines.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
+    return lines
+
+
+def load_text_pairs(path):
+    """`source<TAB>target` lines as a `tf.data.Dataset` of `(source, target)`.
+
+    This is the Anki / Tatoeba export format (manythings.org): further
+    columns, such as the attribution, are ignored. Empty lines are skipped;
+    invalid UTF-8 bytes are read as U+FFFD.
+
+    Args:
+        path: a UTF-8 tab-separated file.
+
+    Returns:
+        A `tf.data.Dataset` of `(source, target)` scalar strings.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        ValueError: a line has no tab (the message names the file and line).
+    """
+    pairs = [fields[:2] for _, fields in _tsv_rows(path, 2)]
+    sources = [source for source, _ in pairs]
+    targets = [target for _, target in pairs]
+    return tf.data.Dataset.from_tensor_slices(
+        (tf.constant(sources, tf.string), tf.constant(targets, tf.string))
+    )
+
+
+def load_labeled_text(path, class_names=None):
+    """`text<TAB>label` lines as a dataset of `(text, label id)`.
+
+    Args:
+        path: a UTF-8 tab-separated file; the label is the last column.
+        class_names: the labels in id order; by default the sorted distinct
+            labels of the file (so `"0"`, `"1"` get ids 0, 1).
+
+    Returns:
+        `(dataset, class_names)`: a `tf.data.Dataset` of `(text, label)` with
+        int32 labels, and the list of class names.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        ValueError: a line has no tab, or a label not in `class_names` (the
+            message names the file and line).
+    """
+    rows = list(_tsv_rows(path, 2))
+    labels = [fields[-1].strip() for _, fields in rows]
+    if class_names is None:
+        class_names = sorted(set(labels))
+    class_names = list(class_names)
+    index = {name: i for i, name in enumerate(class_names)}
+    for (number, _), label in zip(rows, labels, strict=True):
+        if label not in index:
+            raise ValueError(
+                f"{path}, line {number}: label {label!r} is not one of "
+                f"class_names={class_names!r}"
+            )
+    texts = ["\t".join(fields[:-1]) for _, fields in rows]
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (
+            tf.constant(texts, tf.string),
+            tf.constant([index[x] for x in labels], tf.int32),
+        )
+    )
+    return dataset, class_names
+
+
+def download_tiny_shakespeare(cache_dir=None):
+    """Downloads Tiny Shakespeare (1.1 MB, Karpathy's char-rnn corpus).
+
+    Cached by `keras.utils.get_file` (in `~/.keras/datasets` by default) and
+    checked against its SHA-256. Read it with `load_text`.
+
+    Returns:
+        The path of the text file.
+    """
+    return keras.utils.get_file(
+        "tinyshakespeare.txt",
+        TINY_SHAKESPEARE_URL,
+        file_hash=TINY_SHAKESPEARE_SHA256,
+        hash_algorithm="sha256",
+        cache_dir=cache_dir,
+    )
+
+
+def download_imdb_reviews(cache_dir=None):
+    """Downloads and extracts the IMDB movie-review sentiment corpus (84 MB).
+
+    Cached by `keras.utils.get_file` and checked against its SHA-256. The
+    reviews are one file each under `aclImdb/{train,test}/{neg,pos}`; read
+    them with `keras.utils.text_dataset_from_directory`.
+
+    Returns:
+        The path of the `aclImdb` directory.
+    """
+    extracted = keras.utils.get_file(
+        "aclImdb_v1.tar.gz",
+        IMDB_URL,
+        file_hash=IMDB_SHA256,
+        hash_algorithm="sha256",
+        extract=True,
+        cache_dir=cache_dir,
+    )
+    return os.path.join(extracted, "aclImdb")

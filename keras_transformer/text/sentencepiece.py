@@ -1,0 +1,205 @@
+"""SentencePiece tokenization on tensorflow-text, and training a model proto."""
+
+import base64
+import io
+import os
+
+import keras
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from keras_transformer.text import common
+from keras_transformer.text.tokenizer import Tokenizer
+
+# Piece 0 must be padding: ours, or the name other SentencePiece models use.
+PAD_PIECES = (common.PAD, "<pad>")
+BYTE_PIECES = 256
+
+
+def train_sentencepiece(
+    data,
+    vocabulary_size,
+    model_type="unigram",
+    reserved_tokens=common.RESERVED_TOKENS,
+    byte_fallback=True,
+    **trainer_options,
+):
+    """Trains a SentencePiece model with our reserved ids.
+
+    Needs the optional `sentencepiece` package:
+    `pip install "keras-transformer[sentencepiece]"`.
+
+    The reserved tokens keep their order as the first ids: `[PAD]` is the
+    padding piece (id 0), `[UNK]` the unknown piece, `[START]`/`[END]` (if
+    reserved) the begin/end-of-sentence pieces, and the others control
+    symbols, which text can never produce.
+
+    Args:
+        data: a `tf.data.Dataset` of strings (or of rank-1 batches of
+            strings), or any iterable of strings; one sentence each.
+        vocabulary_size: the largest vocabulary, reserved tokens (and the 256
+            byte pieces with `byte_fallback`) included. A small corpus may
+            give fewer pieces.
+        model_type: `"unigram"`, `"bpe"`, `"char"` or `"word"`.
+        reserved_tokens: must start with `"[PAD]", "[UNK]"`.
+        byte_fallback: spell characters outside the vocabulary as UTF-8 byte
+            pieces instead of `[UNK]`, so every text round-trips.
+        **trainer_options: more `sentencepiece.SentencePieceTrainer.train`
+            options. By default SentencePiece applies NFKC, squeezes runs of
+            spaces and drops a leading space; `normalization_rule_name=
+            "identity"`, `remove_extra_whitespaces=False` and
+            `add_dummy_prefix=False` make `detokenize` give back exactly the
+            text that was tokenized.
+
+    Returns:
+        The serialized model proto (`bytes`) for `SentencePieceTokenizer`.
+
+    Example:
+
+    >>> import keras_transformer as kt
+    >>> corpus = ["the cat sat on the mat", "the dog sat on the log"] * 50
+    >>> proto = kt.text.train_sentencepiece(corpus, 300)
+    >>> tokenizer = kt.text.SentencePieceTokenizer(proto)
+    >>> tokenizer.get_vocabulary()[:7]
+    ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '[START]', '[END]']
+    >>> tokenizer.detokenize(tokenizer.tokenize("the cat 🐈")).numpy().decode()
+    'the cat 🐈'
+    """
+    try:
+        import sentencepiece
+    except ImportError as error:
+        raise ImportError(
+            "`train_sentencepiece` needs the `sentencepiece` package: "
+            'pip install "keras-transformer[sentencepiece]"'
+        ) from error
+    reserved_tokens = common.check_reserved_tokens(reserved_tokens, vocabulary_size)
+    if byte_fallback and vocabulary_size <= len(reserved_tokens) + BYTE_PIECES:
+        raise ValueError(
+            "`vocabulary_size` must be larger than the "
+            f"{len(reserved_tokens)} reserved tokens plus {BYTE_PIECES} byte "
+            "pieces with byte_fallback=True. "
+            f"Received: vocabulary_size={vocabulary_size!r}"
+        )
+    if model_type not in ("unigram", "bpe", "char", "word"):
+        raise ValueError(
+            '`model_type` must be one of ["unigram", "bpe", "char", "word"]. '
+            f"Received: model_type={model_type!r}"
+        )
+    sentences = [text for texts in common.text_batches(data) for text in texts]
+    if not any(text.strip() for text in sentences):
+        raise ValueError("`data` has no text: the corpus is empty.")
+
+    def reserved_id(token):
+        return reserved_tokens.index(token) if token in reserved_tokens else -1
+
+    options = dict(
+        vocab_size=vocabulary_size,
+        model_type=model_type,
+        pad_id=0,
+        pad_piece=common.PAD,
+        unk_id=1,
+        unk_piece=common.UNK,
+        bos_id=reserved_id(common.START),
+        bos_piece=common.START,
+        eos_id=reserved_id(common.END),
+        eos_piece=common.END,
+        control_symbols=[
+            t for t in reserved_tokens[2:] if t not in (common.START, common.END)
+        ],
+        byte_fallback=byte_fallback,
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    options.update(trainer_options)
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=model, **options
+    )
+    return model.getvalue()
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class SentencePieceTokenizer(Tokenizer):
+    """SentencePiece tokenization from a model proto, as a Keras layer.
+
+    Runs in-graph on tensorflow-text's `SentencepieceTokenizer`; the
+    `sentencepiece` package is only needed to train a proto
+    (`kt.text.train_sentencepiece`). The proto is stored in `get_config`, so
+    `.keras` files carry it. Invalid UTF-8 bytes are replaced by U+FFFD.
+
+    Args:
+        proto: a serialized SentencePiece model (`bytes`) or the path of a
+            `.model` file. Piece 0 must be padding (`[PAD]` or `<pad>`).
+        sequence_length: if set, outputs are padded with 0 or truncated to
+            this length; otherwise batches give ragged ids.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: a string or a rank-1 batch of strings.
+
+    Returns:
+        int32 ids: `(B, None)` ragged, `(B, sequence_length)` dense, or `(T,)`
+        for a single string.
+
+    Example:
+
+    >>> import keras_transformer as kt
+    >>> proto = kt.text.train_sentencepiece(["a b c", "b c a"] * 10, 270)
+    >>> tokenizer = kt.text.SentencePieceTokenizer(proto, sequence_length=8)
+    >>> tokenizer.detokenize(tokenizer(["c b a"])).numpy()
+    array([b'c b a'], dtype=object)
+    """
+
+    def __init__(self, proto, sequence_length=None, **kwargs):
+        super().__init__(sequence_length=sequence_length, **kwargs)
+        if isinstance(proto, str | os.PathLike):
+            path = os.fspath(proto)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"SentencePiece model not found: {path!r}")
+            with open(path, "rb") as f:
+                proto = f.read()
+        if not isinstance(proto, bytes) or not proto:
+            raise ValueError(
+                "`proto` must be a serialized SentencePiece model (bytes) or a "
+                f"path to a .model file. Received: proto={proto!r:.80}"
+            )
+        self.proto = proto
+        try:
+            self._sentencepiece = tf_text.SentencepieceTokenizer(
+                model=proto, out_type=tf.int32
+            )
+            size = int(self._sentencepiece.vocab_size())
+            pieces = self._sentencepiece.id_to_string(tf.range(size)).numpy()
+        except tf.errors.OpError as error:
+            raise ValueError(
+                "`proto` is not a valid SentencePiece model. "
+                f"Received: proto={proto!r:.80}"
+            ) from error
+        tokens = [p.decode("utf-8") for p in pieces]
+        if tokens[0] not in PAD_PIECES:
+            raise ValueError(
+                f"`proto` must have padding as piece 0 ({' or '.join(PAD_PIECES)}). "
+                f"Received: a model whose pieces are {common.preview(tokens)}"
+            )
+        self._set_vocabulary(tokens)
+        if common.UNK not in self._token_to_id:
+            # Other models call it <unk>; detokenize maps bad ids to it.
+            self._token_to_id[common.UNK] = int(self._sentencepiece.string_to_id(""))
+
+    def _tokenize(self, strings):
+        return self._sentencepiece.tokenize(strings)
+
+    def _detokenize(self, ids):
+        return self._sentencepiece.detokenize(ids)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"proto": base64.b64encode(self.proto).decode("ascii")})
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["proto"] = base64.b64decode(config["proto"])
+        return cls(**config)

@@ -1,0 +1,157 @@
+"""The base of the tokenizers: strings in, int32 ids out, [PAD] = 0.
+
+Shape legend: B batch, T tokens.
+"""
+
+import numbers
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.layers import validation
+from keras_transformer.text import common
+
+
+class Tokenizer(keras.layers.Layer):
+    """Base class of the tokenizer layers.
+
+    A subclass sets `self._vocabulary` (a list of tokens, `[PAD]` first) and
+    implements `_tokenize(strings)` (a rank-1 batch of valid UTF-8 strings to
+    a `(B, None)` int32 `tf.RaggedTensor`) and `_detokenize(ids)` (a
+    `(B, None)` int32 `tf.RaggedTensor` without padding to `(B,)` strings).
+
+    Everything else is shared: input checks, invalid UTF-8 bytes replaced by
+    U+FFFD before tokenizing, unbatched inputs, padding and truncation to
+    `sequence_length`, and the vocabulary look-ups.
+
+    Args:
+        sequence_length: if set, `tokenize` returns dense `(B, sequence_length)`
+            ids, truncated or padded with 0; if None, a `tf.RaggedTensor`
+            `(B, None)` (a dense `(T,)` tensor for a single string).
+        **kwargs: base `keras.layers.Layer` arguments.
+    """
+
+    def __init__(self, sequence_length=None, **kwargs):
+        super().__init__(**kwargs)
+        validation.check_positive_int(
+            "sequence_length", sequence_length, allow_none=True
+        )
+        self.sequence_length = sequence_length
+        self._vocabulary = []
+        self._token_to_id = {}
+
+    def _set_vocabulary(self, tokens):
+        self._vocabulary = list(tokens)
+        self._token_to_id = {token: i for i, token in enumerate(tokens)}
+
+    def __call__(self, inputs, *args, **kwargs):
+        # Keras reads a Python list as several inputs; here it is one batch.
+        if isinstance(inputs, str | bytes | list | tuple):
+            inputs = common.as_strings(inputs)
+        return super().__call__(inputs, *args, **kwargs)
+
+    def call(self, inputs):
+        return self.tokenize(inputs)
+
+    def tokenize(self, inputs):
+        """Strings to int32 token ids.
+
+        Args:
+            inputs: a string, or a rank-1 batch of strings (a list, numpy
+                array or `tf.Tensor`). Invalid UTF-8 bytes are replaced by
+                U+FFFD before tokenizing.
+
+        Returns:
+            For a batch: a `(B, None)` int32 `tf.RaggedTensor`, or dense
+            `(B, sequence_length)` ids when `sequence_length` is set. For a
+            single string: a dense `(T,)` or `(sequence_length,)` tensor.
+        """
+        strings = common.as_strings(inputs)
+        batch = common.replace_invalid_utf8(tf.reshape(strings, [-1]))
+        ids = self._tokenize(batch)  # (B, None)
+        if self.sequence_length is not None:
+            ids = ids.to_tensor(shape=[None, self.sequence_length])  # pads 0
+        if strings.shape.rank == 0:
+            ids = ids[0]
+        return ids
+
+    def detokenize(self, inputs):
+        """Token ids back to strings, dropping padding (id 0).
+
+        Ids outside the vocabulary decode as `[UNK]`.
+
+        Args:
+            inputs: int ids `(T,)`, or a batch `(B, T)` as a dense tensor,
+                a `tf.RaggedTensor` or a list of lists.
+
+        Returns:
+            A string scalar for `(T,)` ids, else a `(B,)` string tensor.
+        """
+        ids = inputs
+        if isinstance(ids, list | tuple):
+            ids = tf.ragged.constant(ids, dtype=tf.int32)
+        if not isinstance(ids, tf.RaggedTensor):
+            ids = tf.convert_to_tensor(ids)
+        if not ids.dtype.is_integer or ids.shape.rank not in (1, 2):
+            raise ValueError(
+                "`inputs` must be integer token ids of rank 1 or 2. "
+                f"Received: inputs with dtype {ids.dtype.name} and shape "
+                f"{ids.shape}"
+            )
+        rank = ids.shape.rank
+        batch = tf.cast(ids if rank == 2 else ids[None], tf.int32)
+        if not isinstance(batch, tf.RaggedTensor):
+            batch = tf.RaggedTensor.from_tensor(batch)
+        batch = tf.ragged.boolean_mask(batch, tf.not_equal(batch, 0))
+        unknown, size = self._token_to_id[common.UNK], self.vocabulary_size()
+        batch = tf.ragged.map_flat_values(
+            lambda v: tf.where((v < 0) | (v >= size), unknown, v), batch
+        )
+        text = self._detokenize(batch)  # (B,)
+        return text[0] if rank == 1 else text
+
+    def vocabulary_size(self):
+        """The number of token ids."""
+        return len(self._vocabulary)
+
+    def get_vocabulary(self):
+        """The tokens as a list; token `i` has id `i`."""
+        return list(self._vocabulary)
+
+    def id_to_token(self, id):
+        """The token of an integer id."""
+        if (
+            isinstance(id, bool)
+            or not isinstance(id, numbers.Integral)
+            or not 0 <= id < self.vocabulary_size()
+        ):
+            raise ValueError(
+                f"`id` must be an integer in [0, {self.vocabulary_size()}). "
+                f"Received: id={id!r}"
+            )
+        return self._vocabulary[int(id)]
+
+    def token_to_id(self, token):
+        """The id of a token of the vocabulary."""
+        if token not in self._token_to_id:
+            raise ValueError(
+                f"`token` is not in the vocabulary. Received: token={token!r}"
+            )
+        return self._token_to_id[token]
+
+    def reserved_token_ids(self):
+        """Sorted ids of the reserved tokens (`[PAD]`, `[CLS]` ...) present."""
+        return sorted(
+            self._token_to_id[t]
+            for t in common.RESERVED_TOKENS
+            if t in self._token_to_id
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"sequence_length": self.sequence_length})
+        return config
+
+    def compute_output_spec(self, inputs):
+        # Ragged outputs (no sequence_length) have a None last dimension.
+        return keras.KerasTensor((*inputs.shape, self.sequence_length), dtype="int32")
