@@ -100,7 +100,8 @@ def main():
     wall = time.perf_counter() - START
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
-        f"step {args.steps}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}"
+        f"step {args.steps}: train loss {losses['train']:.4f}, "
+        f"val loss {losses['val']:.4f}"
     )
     print(
         f"wall time: {wall:.1f} s end to end "
