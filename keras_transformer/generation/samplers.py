@@ -71,9 +71,8 @@ class Sampler:
         def body(tokens, cache, index, done):
             logits, cache = next_fn(tokens, cache, index)
             step_seed = tf.stack([seed[0], seed[1] + index])
-            chosen = self.next_token(
-                tf.cast(logits, tf.float32) / self.temperature, step_seed
-            )
+            logits = _never_padding(tf.cast(logits, tf.float32), tf.float32.min)
+            chosen = self.next_token(logits / self.temperature, step_seed)
             in_prompt = prompt_mask[:, index]
             chosen = tf.where(in_prompt, tokens[:, index], chosen)
             chosen = tf.where(done, tf.zeros_like(chosen), chosen)
@@ -192,6 +191,7 @@ class BeamSampler(Sampler):
             log_probs = tf.nn.log_softmax(
                 tf.cast(logits, tf.float32) / self.temperature
             )
+            log_probs = _never_padding(log_probs, never)
             vocabulary = tf.shape(log_probs)[1]
             columns = tf.range(vocabulary)[None]
             in_prompt = prompt_mask[:, index]
@@ -232,6 +232,12 @@ class BeamSampler(Sampler):
             tf.reshape(scores / penalty, [batch, k]), axis=1, output_type=tf.int32
         )
         return tf.gather(tokens, tf.range(batch) * k + best)
+
+
+def _never_padding(logits, value):
+    """Token 0 is padding: a live sequence never emits it."""
+    is_padding = tf.range(tf.shape(logits)[-1]) == 0
+    return tf.where(is_padding[None], value, logits)
 
 
 def _reorder(parent):

@@ -62,6 +62,13 @@ def masked_softmax(scores, mask=None):
     """
     dtype = scores.dtype
     scores = ops.cast(scores, "float32")
+    if scores.shape[-1] == 1:
+        # One key (e.g. the first decoding step): softmax is 1. Said here
+        # because `ops.softmax` warns about a size-1 axis.
+        probs = ops.ones_like(scores)
+        if mask is not None:
+            probs = ops.where(ops.cast(mask, "bool"), probs, 0.0)
+        return ops.cast(probs, dtype)
     if mask is None:
         return ops.cast(ops.softmax(scores, axis=-1), dtype)
     mask = ops.cast(mask, "bool")

@@ -1,0 +1,126 @@
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+
+
+def spread_weights(model, scale=0.3, seed=0):
+    """Random weights large enough that logits have no near-ties."""
+    rng = np.random.default_rng(seed)
+    model.set_weights(
+        [
+            rng.normal(size=w.shape).astype("float32") * scale
+            for w in model.get_weights()
+        ]
+    )
+    return model
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    keras.utils.set_random_seed(0)
+    return spread_weights(
+        kt.models.gpt2(40, 2, 2, 16, 32, max_sequence_length=48, dropout=0.0)
+    )
+
+
+@pytest.fixture(scope="module")
+def translator():
+    keras.utils.set_random_seed(0)
+    model = kt.models.seq2seq(40, 2, 2, 16, 32, max_sequence_length=48, dropout=0.0)
+    return spread_weights(model, scale=0.2)
+
+
+PROMPTS = np.array([[5, 6, 7, 0, 0], [8, 9, 10, 11, 12], [13, 0, 0, 0, 0]])
+
+
+def test_gpt_cached_equals_uncached_with_mixed_prompt_lengths(gpt):
+    cached = kt.generation.generate(gpt, PROMPTS, max_new_tokens=12)
+    uncached = kt.generation.generate(gpt, PROMPTS, max_new_tokens=12, use_cache=False)
+    np.testing.assert_array_equal(cached, uncached)
+    assert cached.shape == (3, 17)
+    np.testing.assert_array_equal(cached[1, :5], PROMPTS[1])  # prompts kept
+    assert len(np.unique(cached[:, 5:])) > 2  # not a degenerate constant
+
+
+def next_greedy(logits):
+    """The most likely token at the last position, never padding (id 0)."""
+    logits = np.asarray(logits)[:, -1].copy()
+    logits[:, 0] = -np.inf
+    return logits.argmax(-1)[:, None]
+
+
+def test_greedy_matches_step_by_step_argmax_of_the_model(gpt):
+    out = kt.generation.generate(gpt, PROMPTS[1:2], max_new_tokens=4)
+    tokens = PROMPTS[1:2]
+    for _ in range(4):
+        tokens = np.concatenate([tokens, next_greedy(gpt(tokens))], axis=1)
+    np.testing.assert_array_equal(out, tokens)
+
+
+def test_seq2seq_cached_equals_uncached_with_padded_sources(translator):
+    inputs = {
+        "encoder_token_ids": np.array([[5, 6, 7, 0, 0], [8, 9, 10, 11, 12]]),
+        "decoder_token_ids": np.array([[1], [1]]),
+    }
+    cached = kt.generation.generate(translator, inputs, max_new_tokens=10)
+    uncached = kt.generation.generate(
+        translator, inputs, max_new_tokens=10, use_cache=False
+    )
+    np.testing.assert_array_equal(cached, uncached)
+    # Greedy against the model itself, one position at a time.
+    tokens = inputs["decoder_token_ids"]
+    for _ in range(10):
+        logits = translator({**inputs, "decoder_token_ids": tokens})
+        tokens = np.concatenate([tokens, next_greedy(logits)], axis=1)
+    np.testing.assert_array_equal(cached, tokens)
+
+
+def test_beam_with_one_beam_is_greedy_and_beams_run_for_both_families(gpt, translator):
+    greedy = kt.generation.generate(gpt, PROMPTS, max_new_tokens=6)
+    one_beam = kt.generation.generate(gpt, PROMPTS, 6, sampler="beam", num_beams=1)
+    np.testing.assert_array_equal(one_beam, greedy)
+    beams = kt.generation.generate(gpt, PROMPTS, 6, sampler="beam", num_beams=3)
+    real = PROMPTS != 0
+    np.testing.assert_array_equal(beams[:, :5][real], PROMPTS[real])
+    inputs = {
+        "encoder_token_ids": PROMPTS,
+        "decoder_token_ids": np.ones((3, 1), "int32"),
+    }
+    assert kt.generation.generate(translator, inputs, 5, sampler="beam").shape == (3, 6)
+
+
+def test_end_token_and_seeded_sampling(gpt):
+    greedy = kt.generation.generate(gpt, PROMPTS, max_new_tokens=10)
+    end = int(greedy[1, 7])  # stop row 1 at its third new token
+    stopped = kt.generation.generate(gpt, PROMPTS, max_new_tokens=10, end_token_id=end)
+    first = np.argmax(stopped[1, 5:] == end) + 5
+    assert np.all(stopped[1, first + 1 :] == 0)
+    a = kt.generation.generate(gpt, PROMPTS, 10, sampler="top_p", top_p=0.9, seed=7)
+    b = kt.generation.generate(gpt, PROMPTS, 10, sampler="top_p", top_p=0.9, seed=7)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_compiled_loop_is_reused_across_calls(gpt):
+    kt.generation.generate(gpt, PROMPTS, max_new_tokens=3)
+    decode = kt.generation.compiled_decode_fn(gpt, kt.generation.GreedySampler())
+    traces = decode.experimental_get_tracing_count()
+    # Same batch size and length bucket, other prompts and lengths: no retrace.
+    kt.generation.generate(gpt, PROMPTS[:, :4] + 1, max_new_tokens=9)
+    kt.generation.generate(gpt, PROMPTS + 2, max_new_tokens=20)
+    assert decode.experimental_get_tracing_count() == traces
+
+
+def test_bad_arguments(gpt):
+    with pytest.raises(ValueError, match="max_new_tokens=-1"):
+        kt.generation.generate(gpt, PROMPTS, -1)
+    with pytest.raises(ValueError, match="\\(5\\).*\\(44\\).*49.*\\(48\\)"):
+        kt.generation.generate(gpt, PROMPTS, 44)
+    with pytest.raises(ValueError, match="Valid samplers"):
+        kt.generation.generate(gpt, PROMPTS, 2, sampler="nucleus")
+    with pytest.raises(ValueError, match="temperature=-1"):
+        kt.generation.generate(gpt, PROMPTS, 2, sampler="temperature", temperature=-1)
+    with pytest.raises(ValueError, match="at least one token"):
+        kt.generation.generate(gpt, np.array([[0, 0]]), 2)
+    assert kt.generation.generate(gpt, PROMPTS, 0).shape == PROMPTS.shape
