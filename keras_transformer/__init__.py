@@ -2,6 +2,21 @@
 
 __version__ = "0.1.0"
 
-from keras_transformer import generation, layers, models, text, training  # noqa: E402
+from keras_transformer import (  # noqa: E402
+    export,
+    generation,
+    layers,
+    models,
+    text,
+    training,
+)
 
-__all__ = ["__version__", "generation", "layers", "models", "text", "training"]
+__all__ = [
+    "__version__",
+    "export",
+    "generation",
+    "layers",
+    "models",
+    "text",
+    "training",
+]

@@ -1,6 +1,10 @@
 """Shared plain-pytest helpers that keep each test file short."""
 
 import os
+import pathlib
+import pickle
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -71,3 +75,108 @@ def np_feedforward(x, weights, activation):
 
 def np_relu(x):
     return np.maximum(x, 0.0)
+
+
+# ---- exports ----------------------------------------------------------------
+
+# Run by `run_export_test` in a fresh Python. keras_transformer is installed in
+# this environment (editable), so clearing PYTHONPATH is not enough to hide
+# it: an import hook refuses it, and the script checks that it is gone.
+_SERVE_SCRIPT = r"""
+import importlib.abc
+import pickle
+import sys
+
+
+class HideKerasTransformer(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "keras_transformer":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+sys.meta_path.insert(0, HideKerasTransformer())
+try:
+    import keras_transformer  # noqa: F401
+except ModuleNotFoundError:
+    pass
+else:
+    sys.exit("keras_transformer is importable")
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
+with open(sys.argv[1], "rb") as f:
+    path, requests = pickle.load(f)
+loaded = tf.saved_model.load(path)
+results = []
+for signature, inputs in requests:
+    outputs = loaded.signatures[signature](
+        **{name: tf.constant(value) for name, value in inputs.items()}
+    )
+    results.append({name: value.numpy() for name, value in outputs.items()})
+# The first request again through a TF1 session, the loader TF Serving and
+# `saved_model_cli run` use.
+signature, inputs = requests[0]
+with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+    signature_def = meta_graph.signature_def[signature]
+    served = session.run(
+        {name: info.name for name, info in signature_def.outputs.items()},
+        {signature_def.inputs[name].name: value for name, value in inputs.items()},
+    )
+for name, value in results[0].items():
+    if value.dtype.kind == "f":
+        same = np.allclose(served[name], value, atol=1e-6)
+    else:
+        same = np.array_equal(served[name], value)
+    if not same:
+        sys.exit(f"the session loader gives another {name!r}: {served[name]}")
+if any(name.startswith("keras_transformer") for name in sys.modules):
+    sys.exit("keras_transformer was imported")
+with open(sys.argv[2], "wb") as f:
+    pickle.dump((sorted(loaded.signatures), results), f)
+"""
+
+
+def run_export_test(path, requests, workdir):
+    """Serves an exported SavedModel where keras_transformer is not importable.
+
+    Loads `path` with `tf.saved_model.load` in a subprocess (PYTHONPATH
+    cleared, cwd `workdir`, keras_transformer hidden) and calls
+    `loaded.signatures[name](**inputs)` for each `(name, inputs)` of
+    `requests`; the first request, which must be deterministic, also runs
+    through a TF1 session loader (as TF Serving loads SavedModels) and must
+    give the same outputs. Returns `(signature names, [outputs as dicts of
+    numpy])`.
+    """
+    workdir = pathlib.Path(workdir)
+    script = workdir / "serve.py"
+    script.write_text(_SERVE_SCRIPT)
+    with open(workdir / "requests.pkl", "wb") as f:
+        pickle.dump((os.fspath(path), requests), f)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    result = subprocess.run(
+        [sys.executable, str(script), "requests.pkl", "results.pkl"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(workdir / "results.pkl", "rb") as f:
+        return pickle.load(f)
+
+
+def spread_weights(model, scale=0.3, seed=0, layer_norms=True):
+    """Random weights large enough that outputs have no near-ties.
+
+    `layer_norms=False` keeps LayerNorm's gamma 1 and beta 0: random betas can
+    make a post-LN model's outputs nearly the same for every input.
+    """
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        if layer_norms or "layer_norm" not in weight.path:
+            weight.assign(rng.normal(size=weight.shape).astype("float32") * scale)
+    return model

@@ -1,8 +1,11 @@
-"""Schedules, masked losses and metrics, and the optimizer set-up for training."""
+"""Schedules, masked losses and metrics, the optimizer set-up, and helpers for
+distributed and resumable training."""
 
+from keras_transformer.training.distribute import check_global_batch
 from keras_transformer.training.losses import MaskedSparseCategoricalCrossentropy
 from keras_transformer.training.metrics import MaskedAccuracy
 from keras_transformer.training.optimizers import AdamW
+from keras_transformer.training.resume import resumable_callbacks, resume_epoch
 from keras_transformer.training.schedules import (
     TransformerSchedule,
     warmup_cosine_decay,
@@ -13,5 +16,8 @@ __all__ = [
     "MaskedAccuracy",
     "MaskedSparseCategoricalCrossentropy",
     "TransformerSchedule",
+    "check_global_batch",
+    "resumable_callbacks",
+    "resume_epoch",
     "warmup_cosine_decay",
 ]

@@ -61,8 +61,12 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
             uniform = -ops.mean(log_probs, axis=-1)
             nll = (1.0 - self.label_smoothing) * nll + self.label_smoothing * uniform
         weights = ops.cast(ops.not_equal(y_true, self.ignore_id), "float32")
-        # One scalar per batch: the mean over real tokens, not over all slots.
-        return ops.sum(nll * weights) / ops.maximum(ops.sum(weights), 1.0)
+        # One value per batch: the mean over real tokens, not over all slots.
+        mean = ops.sum(nll * weights) / ops.maximum(ops.sum(weights), 1.0)
+        # Shape (1,), not (): Keras leaves scalars unreduced and with them
+        # skips the 1/replicas scaling under a tf.distribute strategy, whose
+        # replicas' gradients are summed. `loss(...)` still returns a scalar.
+        return ops.reshape(mean, (1,))
 
     def get_config(self):
         config = super().get_config()

@@ -1,0 +1,110 @@
+"""Small generated corpora that ship with the package (no download, no files).
+
+They are what `keras-transformer train` uses when given no data: each is
+made by code, deterministic for a seed, and learnable in a few minutes on a
+CPU, so the result printed at the end measures real learning.
+
+- `number_pairs`: English number words and their digits, a translation task.
+- `sentiment_sentences`: short reviews with a label; negation flips it, so a
+  bag of words is not enough.
+- `story_lines`: sentences from a small grammar, for language models.
+"""
+
+import numpy as np
+
+_ONES = "zero one two three four five six seven eight nine".split()
+_TEENS = (
+    "ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen"
+).split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def number_to_words(n):
+    """0 <= n < 1,000,000 in English words: 312 -> 'three hundred twelve'."""
+    if not 0 <= n < 1_000_000:
+        raise ValueError(f"`n` must be in [0, 1000000). Received: n={n}")
+    if n < 10:
+        return _ONES[n]
+    if n < 20:
+        return _TEENS[n - 10]
+    if n < 100:
+        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
+    if n < 1000:
+        rest = n % 100
+        return (
+            _ONES[n // 100]
+            + " hundred"
+            + ("" if rest == 0 else " " + number_to_words(rest))
+        )
+    rest = n % 1000
+    return (
+        number_to_words(n // 1000)
+        + " thousand"
+        + ("" if rest == 0 else " " + number_to_words(rest))
+    )
+
+
+def number_pairs(count, seed=0, maximum=100_000):
+    """`count` (words, digits) pairs, e.g. ('four hundred two', '402')."""
+    rng = np.random.default_rng(seed)
+    numbers = rng.integers(0, maximum, count)
+    return [(number_to_words(int(n)), str(int(n))) for n in numbers]
+
+
+_SUBJECTS = [
+    "the movie",
+    "the film",
+    "this book",
+    "the story",
+    "the acting",
+    "the food",
+    "the service",
+    "this album",
+    "the ending",
+    "the show",
+]
+_POSITIVE = ["great", "wonderful", "good", "excellent", "lovely", "fun", "brilliant"]
+_NEGATIVE = ["bad", "awful", "boring", "terrible", "poor", "dull", "weak"]
+_ADVERBS = ["", "really ", "very ", "quite ", "truly "]
+
+
+def sentiment_sentences(count, seed=0):
+    """`count` (sentence, label) pairs with labels 'positive' / 'negative'.
+
+    About a third of the sentences negate the adjective ("was not great"),
+    which flips the label.
+    """
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for _ in range(count):
+        positive = bool(rng.integers(2))
+        negated = rng.random() < 0.35
+        adjective = rng.choice(_POSITIVE if positive else _NEGATIVE)
+        verb = "was not" if negated else "was"
+        sentence = f"{rng.choice(_SUBJECTS)} {verb} {rng.choice(_ADVERBS)}{adjective}"
+        pairs.append((sentence, "positive" if positive != negated else "negative"))
+    return pairs
+
+
+_NAMES = ["anna", "ben", "the cat", "the dog", "my friend", "the old man", "a child"]
+_VERBS = ["saw", "liked", "found", "followed", "painted", "called"]
+_OBJECTS = [
+    "a red ball",
+    "the river",
+    "a small house",
+    "the moon",
+    "an apple",
+    "the green door",
+    "a blue bird",
+]
+_PLACES = ["in the park", "at home", "by the sea", "in the morning", "at night"]
+
+
+def story_lines(count, seed=0):
+    """`count` sentences like 'anna saw the moon by the sea.'"""
+    rng = np.random.default_rng(seed)
+    return [
+        f"{rng.choice(_NAMES)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)} "
+        f"{rng.choice(_PLACES)}."
+        for _ in range(count)
+    ]

@@ -1,0 +1,15 @@
+"""SavedModel export of end-to-end string models: the tokenizer, the model and
+(for generation) the compiled decode loop in one graph that serves raw strings
+with TensorFlow and tensorflow-text only."""
+
+from keras_transformer.export.classifier import export_classifier
+from keras_transformer.export.encoder import export_encoder
+from keras_transformer.export.generator import export_text_generator
+from keras_transformer.export.translator import export_translator
+
+__all__ = [
+    "export_classifier",
+    "export_encoder",
+    "export_text_generator",
+    "export_translator",
+]

@@ -1,0 +1,192 @@
+"""What the exporters share: argument checks and writing a SavedModel whole.
+
+Shape legend: B batch, T sequence length.
+"""
+
+import os
+import shutil
+import uuid
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.generation import decode
+from keras_transformer.text.packing import pack_segments
+from keras_transformer.text.tokenizer import Tokenizer
+
+BERT_INPUTS = {"token_ids", "segment_ids", "padding_mask"}
+
+
+def check_path(path, overwrite):
+    """The absolute path to write, or a ValueError if it is taken."""
+    if not isinstance(path, str | os.PathLike) or not os.fspath(path):
+        raise ValueError(
+            "`path` must be a directory path (str or os.PathLike). "
+            f"Received: path={path!r}"
+        )
+    check_bool("overwrite", overwrite)
+    path = os.path.abspath(os.fspath(path))
+    taken = os.path.lexists(path) and not (
+        os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
+    )
+    if taken and not overwrite:
+        raise ValueError(
+            "`path` already exists and is not an empty directory; pass "
+            f"overwrite=True to replace it. Received: path={path!r}"
+        )
+    return path
+
+
+def check_bool(name, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+
+
+def check_family(model, family, exporter):
+    """The named layers of a `gpt2` or `seq2seq` model, else a ValueError."""
+    found = None
+    if isinstance(model, keras.Model):
+        try:
+            found, layers = decode._family(model)
+        except ValueError:
+            pass
+    if found != family:
+        raise ValueError(
+            f"`{exporter}` needs a model built by kt.models.{family}. "
+            f"Received: model={_describe(model)}"
+        )
+    return layers
+
+
+def check_bert(model, exporter, builder, outputs):
+    """The token embedding layer of a BERT model, else a ValueError.
+
+    `outputs` is the set of the model's output names, or the name of the
+    layer giving its one output tensor.
+    """
+    ok = isinstance(model, keras.Model)
+    names = {layer.name for layer in model.layers} if ok else set()
+    ok = ok and isinstance(model.input, dict) and set(model.input) == BERT_INPUTS
+    ok = ok and "embeddings" in names
+    if ok and isinstance(outputs, set):
+        ok = isinstance(model.output, dict) and set(model.output) == outputs
+    elif ok:
+        ok = not isinstance(model.output, dict) and outputs in names
+    if not ok:
+        raise ValueError(
+            f"`{exporter}` needs a model built by {builder}. "
+            f"Received: model={_describe(model)}"
+        )
+    return model.get_layer("embeddings")
+
+
+def _describe(model):
+    if isinstance(model, keras.Model):
+        return f"a keras.Model named {model.name!r}"
+    return repr(model)
+
+
+def check_tokenizer(tokenizer, name, model_vocabulary_size):
+    """Checks `tokenizer` is a `kt.text` tokenizer whose ids fit the model."""
+    if not isinstance(tokenizer, Tokenizer):
+        raise ValueError(
+            f"`{name}` must be a keras_transformer.text tokenizer. "
+            f"Received: {name}={tokenizer!r}"
+        )
+    if tokenizer.vocabulary_size() > model_vocabulary_size:
+        raise ValueError(
+            f"`{name}` has {tokenizer.vocabulary_size()} tokens, more than the "
+            f"model's vocabulary_size ({model_vocabulary_size})."
+        )
+
+
+def without_sequence_length(tokenizer):
+    """A copy of `tokenizer` that returns ragged ids (or itself if it does)."""
+    if tokenizer.sequence_length is None:
+        return tokenizer
+    config = {**tokenizer.get_config(), "sequence_length": None}
+    return type(tokenizer).from_config(config)
+
+
+def token_id(tokenizer, name, token, allow_none=False):
+    """The id of `token` (the value of argument `name`), or a ValueError."""
+    if token is None and allow_none:
+        return None
+    if not isinstance(token, str) or token not in tokenizer.get_vocabulary():
+        raise ValueError(
+            f"`{name}` must be a token of the tokenizer's vocabulary. "
+            f"Received: {name}={token!r}"
+        )
+    return tokenizer.token_to_id(token)
+
+
+def check_sequence_length(sequence_length, limit, minimum):
+    """`sequence_length` (None: the model's `limit`) in `[minimum, limit]`."""
+    if sequence_length is None:
+        sequence_length = limit
+    if (
+        isinstance(sequence_length, bool)
+        or not isinstance(sequence_length, int)
+        or not minimum <= sequence_length <= limit
+    ):
+        raise ValueError(
+            f"`sequence_length` must be an integer in [{minimum}, {limit}] (the "
+            f"model's max_sequence_length is {limit}). "
+            f"Received: sequence_length={sequence_length!r}"
+        )
+    return sequence_length
+
+
+def pack_bert_inputs(tokenizer, texts, sequence_length, cls_id, sep_id):
+    """`[CLS] A [SEP] (B [SEP])` model inputs `(B, T)` from string batches."""
+    segments = [tokenizer.tokenize(text) for text in texts]  # (B, None) each
+    return pack_segments(segments, sequence_length, cls_id, sep_id)
+
+
+def string_spec(name):
+    return tf.TensorSpec([None], tf.string, name=name)
+
+
+def save(module, signatures, path):
+    """Saves `module` next to `path`, then moves it there in one rename.
+
+    A failed export removes its temporary directory and leaves `path` as it
+    was. An existing `path` (already checked by `check_path`) is replaced.
+    """
+    # Track the tf.Variables the signatures read, as keras.Model.export does:
+    # session-based loaders (TF Serving, `saved_model_cli run`) cannot find
+    # them through the Keras variables that wrap them.
+    variables = {}
+    for function in signatures.values():
+        for variable in function.get_concrete_function().variables:
+            variables[id(variable)] = variable
+    module.variables_read = list(variables.values())
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    staging = os.path.join(
+        parent, f".{os.path.basename(path)}.{uuid.uuid4().hex[:8]}.tmp"
+    )
+    try:
+        tf.saved_model.save(module, staging, signatures=signatures)
+        if os.path.lexists(path):
+            old = staging + ".old"
+            os.rename(path, old)
+            try:
+                os.rename(staging, path)
+            except OSError:
+                os.rename(old, path)
+                raise
+            _remove(old)
+        else:
+            os.rename(staging, path)
+    finally:
+        if os.path.lexists(staging):
+            _remove(staging)
+    return path
+
+
+def _remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.remove(path)

@@ -1,0 +1,89 @@
+"""A BERT sentence encoder as a SavedModel: text in, embeddings out.
+
+Shape legend: B batch, T sequence length, E hidden size.
+"""
+
+import tensorflow as tf
+
+from keras_transformer.export import common
+from keras_transformer.models.bert import bert_feature_extractor
+from keras_transformer.text import common as text_common
+
+BACKBONE_OUTPUTS = {"sequence_output", "pooled_output"}
+FEATURE_OUTPUTS = {"pooled_output", "mean_pooled_output"}
+
+
+def export_encoder(model, tokenizer, path, sequence_length=None, overwrite=False):
+    """Exports a BERT encoder and its tokenizer as a sentence-embedding SavedModel.
+
+    The SavedModel has one signature, `encode` (also `serving_default`):
+    `text` string `(B,)` -> `{"pooled_output": float32 (B, E),
+    "mean_pooled_output": float32 (B, E)}`, the outputs of
+    `kt.models.bert_feature_extractor` (the tanh-pooled `[CLS]` vector, and
+    the mean of the last hidden states over real tokens, `[CLS]` and `[SEP]`
+    included).
+
+    Texts are tokenized in the graph and packed as `[CLS] text [SEP]` by
+    `kt.text.pack_segments`, keeping the first `sequence_length - 2` tokens.
+    An empty string is encoded as `[CLS] [SEP]`.
+
+    Loading the SavedModel needs TensorFlow and `import tensorflow_text`
+    (which registers the tokenizer and packing ops), not keras_transformer.
+
+    Args:
+        model: a `kt.models.bert` backbone or a
+            `kt.models.bert_feature_extractor` model.
+        tokenizer: a `kt.text` tokenizer with `[CLS]` and `[SEP]`. Its own
+            `sequence_length`, if any, is ignored.
+        path: the SavedModel directory to write.
+        sequence_length: T, the packed length; None is the model's
+            `max_sequence_length`.
+        overwrite: replace an existing non-empty `path`.
+
+    Returns:
+        The absolute path written.
+
+    Example (loading; see docs/export.md for a complete run):
+
+    ```python
+    import tensorflow as tf
+    import tensorflow_text  # registers the tokenizer ops
+
+    encoder = tf.saved_model.load(path)
+    out = encoder.signatures["encode"](text=tf.constant(["a sentence"]))
+    print(out["mean_pooled_output"].shape)
+    ```
+    """
+    builder = "kt.models.bert or kt.models.bert_feature_extractor"
+    try:
+        embeddings = common.check_bert(
+            model, "export_encoder", builder, BACKBONE_OUTPUTS
+        )
+        backbone = True
+    except ValueError:
+        embeddings = common.check_bert(
+            model, "export_encoder", builder, FEATURE_OUTPUTS
+        )
+        backbone = False
+    path = common.check_path(path, overwrite)
+    sequence_length = common.check_sequence_length(
+        sequence_length, embeddings.sequence_length, minimum=2
+    )
+    common.check_tokenizer(tokenizer, "tokenizer", embeddings.vocabulary_size)
+    cls_id = text_common.special_token_id(tokenizer, text_common.CLS, "encoding")
+    sep_id = text_common.special_token_id(tokenizer, text_common.SEP, "encoding")
+    tokenizer = common.without_sequence_length(tokenizer)
+    extractor = bert_feature_extractor(model) if backbone else model
+
+    @tf.function(input_signature=[common.string_spec("text")])
+    def encode(text):
+        inputs = common.pack_bert_inputs(
+            tokenizer, [text], sequence_length, cls_id, sep_id
+        )
+        outputs = extractor(inputs, training=False)
+        return {name: tf.cast(outputs[name], tf.float32) for name in FEATURE_OUTPUTS}
+
+    module = tf.Module()
+    module.tokenizer = tokenizer
+    module.encode = encode
+    return common.save(module, {"serving_default": encode, "encode": encode}, path)

@@ -1,0 +1,190 @@
+"""A GPT text generator as a SavedModel: prompts in, generated text out.
+
+Shape legend: B batch, L the model's max_sequence_length (the fixed buffer).
+"""
+
+import tensorflow as tf
+
+from keras_transformer.export import common
+from keras_transformer.generation.decode import _decode_body
+from keras_transformer.generation.samplers import (
+    GreedySampler,
+    Sampler,
+    TemperatureSampler,
+)
+
+
+def export_text_generator(
+    model,
+    tokenizer,
+    path,
+    max_new_tokens=None,
+    end_token="[END]",
+    jit_compile=True,
+    overwrite=False,
+):
+    """Exports a `gpt2` model and its tokenizer as a string-to-string SavedModel.
+
+    The SavedModel has one signature, `generate` (also `serving_default`):
+
+    - inputs: `prompts` string `(B,)`, `max_new_tokens` int32 scalar,
+      `temperature` float32 scalar;
+    - outputs: `text` string `(B,)` (the prompt as the model saw it followed by
+      the generated text), `generated_text` string `(B,)` (the generated text
+      only) and `token_ids` int32 `(B, L)` (prompt and generated ids, 0 after
+      them), with `L` the model's `max_sequence_length`.
+
+    Each request's `max_new_tokens` is clipped to `[0, cap]`, `cap` being this
+    function's `max_new_tokens`; every prompt gets exactly that many new
+    tokens unless it stops at `end_token` first. Prompts are tokenized in the
+    graph and cut to their last `L - max_new_tokens` tokens (the text nearest
+    to the continuation is kept), so prompt and new tokens always fit. An
+    empty prompt starts from `end_token`, the separator `causal_lm_dataset`
+    puts between documents, so the model begins a new document (with
+    `end_token=None` it gives empty text). `temperature <= 0` is greedy
+    decoding, with the tokens of `kt.generation.generate(model, ids,
+    max_new_tokens, end_token_id=...)`; `temperature > 0` samples from
+    softmax(logits / temperature) with a new random seed per call. The end
+    token is kept in `token_ids` but not written into the texts.
+
+    Decoding is the KV-cache loop of `kt.generation.generate` (compiled with
+    XLA unless `jit_compile=False`), with a fixed buffer of `L` positions so
+    the graph has static shapes. Loading the SavedModel needs TensorFlow and
+    `import tensorflow_text` (which registers the tokenizer ops), not
+    keras_transformer.
+
+    Args:
+        model: a model from `kt.models.gpt2` (or loaded from a `.keras` file).
+        tokenizer: a `kt.text` tokenizer whose ids the model was trained on.
+            Its own `sequence_length`, if any, is ignored.
+        path: the SavedModel directory to write.
+        max_new_tokens: the most new tokens a request may ask for; `None` is
+            the model's `max_sequence_length - 1`.
+        end_token: the token that ends a generation (and starts one from an
+            empty prompt); `None` never stops early.
+        jit_compile: compile the decode loop with XLA. False gives a plain
+            TensorFlow loop (slower) for servers without XLA's JIT.
+        overwrite: replace an existing non-empty `path`.
+
+    Returns:
+        The absolute path written.
+
+    Example (loading; see docs/export.md for a complete run):
+
+    ```python
+    import tensorflow as tf
+    import tensorflow_text  # registers the tokenizer ops
+
+    generator = tf.saved_model.load(path)
+    out = generator.signatures["generate"](
+        prompts=tf.constant(["Once upon a time"]),
+        max_new_tokens=tf.constant(20),
+        temperature=tf.constant(0.0),
+    )
+    print(out["text"].numpy()[0].decode())
+    ```
+    """
+    layers = common.check_family(model, "gpt2", "export_text_generator")
+    embeddings = layers["embeddings"]
+    limit = embeddings.sequence_length  # L
+    path = common.check_path(path, overwrite)
+    if max_new_tokens is None:
+        max_new_tokens = limit - 1
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or not 1 <= max_new_tokens < limit
+    ):
+        raise ValueError(
+            "`max_new_tokens` must be an integer in [1, max_sequence_length - 1] "
+            f"(the model's max_sequence_length is {limit}, and a prompt needs "
+            f"at least one token). Received: max_new_tokens={max_new_tokens!r}"
+        )
+    common.check_bool("jit_compile", jit_compile)
+    common.check_tokenizer(tokenizer, "tokenizer", embeddings.vocabulary_size)
+    end_id = common.token_id(tokenizer, "end_token", end_token, allow_none=True)
+    tokenizer = common.without_sequence_length(tokenizer)
+    # An empty prompt's first token: the end token, or any id if there is none
+    # (those rows are blanked afterwards).
+    first_id = 1 if end_id is None else end_id
+    cap = max_new_tokens
+
+    def decode(tokens, start, stop, seed, temperature):
+        batch = tf.shape(tokens)[0]
+        source = tf.zeros([batch, 1], tf.int32)  # unused by a decoder-only model
+        end_token_id = tf.constant(-1 if end_id is None else end_id, tf.int32)
+        body = _decode_body(model, _RequestSampler(temperature), use_cache=True)
+        return body(tokens, source, start, stop, end_token_id, seed)
+
+    decode = tf.function(decode, jit_compile=jit_compile)
+
+    @tf.function(
+        input_signature=[
+            common.string_spec("prompts"),
+            tf.TensorSpec([], tf.int32, name="max_new_tokens"),
+            tf.TensorSpec([], tf.float32, name="temperature"),
+        ]
+    )
+    def generate(prompts, max_new_tokens, temperature):
+        new = tf.clip_by_value(max_new_tokens, 0, cap)
+        ids = tokenizer.tokenize(prompts)[:, -(limit - new) :]  # (B, None)
+        lengths = tf.cast(ids.row_lengths(), tf.int32)
+        tokens = ids.to_tensor(shape=[None, limit])  # (B, L), 0-padded
+        empty = lengths == 0
+        positions = tf.range(limit)[None]  # (1, L)
+        tokens = tf.where(empty[:, None] & (positions == 0), first_id, tokens)
+        lengths = tf.maximum(lengths, 1)
+        seed = tf.random.uniform([2], maxval=tf.int32.max, dtype=tf.int32)
+        tokens = decode(
+            tokens,
+            tf.reduce_min(lengths),
+            tf.reduce_max(lengths) + new,
+            seed,
+            temperature,
+        )
+        # Rows decode to the longest prompt's stop: cut each at its own, so a
+        # result never depends on the other prompts of the batch.
+        tokens = tf.where(positions < (lengths + new)[:, None], tokens, 0)
+        if end_id is None:
+            tokens = tf.where(empty[:, None], 0, tokens)
+            visible = tokens
+        else:
+            visible = tf.where(tokens == end_id, 0, tokens)
+        generated = tf.where(positions >= lengths[:, None], visible, 0)
+        return {
+            "text": tokenizer.detokenize(visible),
+            "generated_text": tokenizer.detokenize(generated),
+            "token_ids": tokens,
+        }
+
+    module = tf.Module()
+    module.tokenizer = tokenizer
+    module.generate = generate
+    return common.save(
+        module, {"serving_default": generate, "generate": generate}, path
+    )
+
+
+class _RequestSampler(Sampler):
+    """Greedy when the request's temperature is <= 0, else a sample from
+    softmax(logits / temperature); the temperature is a graph tensor."""
+
+    def __init__(self, temperature):
+        super().__init__()
+        self.request_temperature = temperature
+        self._greedy = GreedySampler()
+        self._sampler = TemperatureSampler()
+
+    def next_token(self, logits, seed):
+        temperature = self.request_temperature
+
+        def sample():
+            scaled = logits / temperature
+            # A huge temperature must not lift padding (id 0) off its floor.
+            is_padding = tf.range(tf.shape(logits)[-1]) == 0
+            scaled = tf.where(is_padding[None], tf.float32.min, scaled)
+            return self._sampler.next_token(scaled, seed)
+
+        return tf.cond(
+            temperature > 0, sample, lambda: self._greedy.next_token(logits, seed)
+        )

@@ -1,0 +1,166 @@
+"""Resumable `model.fit`: a run that is killed continues where it stopped.
+
+Layout of a run directory:
+
+    backup/              keras.callbacks.BackupAndRestore: weights, optimizer
+                         state (step count included) and the epoch reached
+    random_state.json    dropout random states of the last two backups
+    model.keras          the whole model after every epoch
+
+`backup/` and `random_state.json` are deleted when `fit` completes;
+`model.keras` stays.
+"""
+
+import json
+import logging
+import os
+
+import keras
+
+BACKUP = "backup"
+RANDOM_STATE = "random_state.json"
+CHECKPOINT = "model.keras"
+# Written by keras.callbacks.BackupAndRestore next to its weights.
+_BACKUP_METADATA = "training_metadata.json"
+
+
+def resumable_callbacks(directory):
+    """Callbacks that make `model.fit` resumable after a crash or preemption.
+
+    Pass them to `fit` in the original run and, unchanged, in the restarted
+    one: the restarted `fit` restores the weights, the optimizer state (its
+    step count, so learning-rate schedules continue) and the dropout random
+    states of the last backup, and continues with the epoch after it. If the
+    data depends only on the step (arrays with `shuffle=False`, or the
+    stream below), nothing is lost and nothing is repeated: the run ends with
+    the weights of an uninterrupted one.
+
+    Backups are taken at the end of every epoch, because Keras 3 restarts an
+    interrupted epoch from its first batch (a mid-epoch backup would apply
+    that epoch's first batches twice). For long runs, make an epoch a fixed
+    number of steps: `fit(dataset.repeat().skip(resume_epoch(directory) *
+    steps), steps_per_epoch=steps, ...)`, so a backup is at most `steps`
+    steps old and the data resumes where the backup stopped.
+
+    Args:
+        directory: the run directory (created if needed); use one per run.
+
+    Returns:
+        A list of callbacks: the random-state backup,
+        `keras.callbacks.BackupAndRestore(directory/backup)` and
+        `keras.callbacks.ModelCheckpoint(directory/model.keras)`, which keeps
+        the latest whole model (add your own `ModelCheckpoint` to keep the
+        best one).
+
+    Example:
+
+    >>> import tempfile
+    >>> import keras_transformer as kt
+    >>> callbacks = kt.training.resumable_callbacks(tempfile.mkdtemp())
+    >>> [type(callback).__name__ for callback in callbacks][1:]
+    ['BackupAndRestore', 'ModelCheckpoint']
+    """
+    _check_directory(directory)
+    backup = os.path.join(directory, BACKUP)
+    return [
+        # Before BackupAndRestore: at an epoch end the random states of the
+        # new backup are written first, so every backup has its states.
+        _RandomStateBackup(os.path.join(directory, RANDOM_STATE), backup),
+        keras.callbacks.BackupAndRestore(backup),
+        keras.callbacks.ModelCheckpoint(os.path.join(directory, CHECKPOINT)),
+    ]
+
+
+def resume_epoch(directory):
+    """The epoch a `fit` with `resumable_callbacks(directory)` starts at.
+
+    0 for a new run (or one that completed); otherwise the number of epochs
+    the last backup had completed. With `steps_per_epoch=steps`, the run had
+    taken `resume_epoch(directory) * steps` steps: skip that many batches of
+    a repeated dataset.
+
+    Example:
+
+    >>> import tempfile
+    >>> import keras_transformer as kt
+    >>> kt.training.resume_epoch(tempfile.mkdtemp())
+    0
+    """
+    _check_directory(directory)
+    return _backup_epoch(os.path.join(directory, BACKUP)) or 0
+
+
+class _RandomStateBackup(keras.callbacks.Callback):
+    """Backs up the states of the model's seed generators at every epoch end.
+
+    `BackupAndRestore` saves weights and optimizer variables, not seed
+    generator states (they are not weights), so without this a resumed run
+    would draw other dropout masks than the uninterrupted one. The states of
+    the last two epochs are kept, so the one matching the backup is there
+    even if the run died between writing the two.
+    """
+
+    def __init__(self, path, backup_dir):
+        super().__init__()
+        self.path = path
+        self.backup_dir = backup_dir
+
+    def on_train_begin(self, logs=None):
+        epoch = _backup_epoch(self.backup_dir)
+        if epoch is None:
+            return
+        states = self._read().get(str(epoch))
+        variables = self._variables()
+        if states is None or len(states) != len(variables):
+            logging.warning(
+                "No dropout random state for the backup of epoch %d in %s; "
+                "the resumed run draws new dropout masks.",
+                epoch,
+                self.path,
+            )
+            return
+        for variable, state in zip(variables, states, strict=True):
+            variable.assign(state)
+
+    def on_epoch_end(self, epoch, logs=None):
+        saved = self._read()
+        saved[str(epoch + 1)] = [
+            keras.ops.convert_to_numpy(v).tolist() for v in self._variables()
+        ]
+        latest = sorted(saved, key=int)[-2:]
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        temporary = self.path + ".tmp"
+        with open(temporary, "w") as file:
+            json.dump({key: saved[key] for key in latest}, file)
+        os.replace(temporary, self.path)  # atomic: never a half-written file
+
+    def on_train_end(self, logs=None):
+        if os.path.exists(self.path):
+            os.remove(self.path)
+
+    def _variables(self):
+        return [
+            v for v in self.model.variables if v.path.endswith("seed_generator_state")
+        ]
+
+    def _read(self):
+        if not os.path.exists(self.path):
+            return {}
+        with open(self.path) as file:
+            return json.load(file)
+
+
+def _backup_epoch(backup_dir):
+    """The epoch recorded by `BackupAndRestore` in `backup_dir`, or None."""
+    path = os.path.join(backup_dir, _BACKUP_METADATA)
+    if not os.path.exists(path):
+        return None
+    with open(path) as file:
+        return int(json.load(file)["epoch"])
+
+
+def _check_directory(directory):
+    if not isinstance(directory, str | os.PathLike) or not os.fspath(directory):
+        raise ValueError(
+            f"`directory` must be a non-empty path. Received: directory={directory!r}"
+        )
