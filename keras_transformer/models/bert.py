@@ -66,6 +66,9 @@ def bert(
                     num_heads=num_heads,
                     hidden_dim=hidden_dim,
                     intermediate_dim=intermediate_dim,
+                    max_sequence_length=max_sequence_length,
+                    dropout=dropout,
+                    num_segments=num_segments,
                 ),
             )
         )

@@ -63,6 +63,8 @@ def gpt2(
                     num_heads=num_heads,
                     hidden_dim=hidden_dim,
                     intermediate_dim=intermediate_dim,
+                    max_sequence_length=max_sequence_length,
+                    dropout=dropout,
                 ),
             )
         )

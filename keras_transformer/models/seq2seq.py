@@ -74,7 +74,10 @@ def seq2seq(
                     num_heads=num_heads,
                     hidden_dim=hidden_dim,
                     intermediate_dim=intermediate_dim,
+                    max_sequence_length=max_sequence_length,
+                    dropout=dropout,
                     target_vocabulary_size=target_vocabulary_size,
+                    tie_embeddings=tie_embeddings,
                 ),
             )
         )
