@@ -52,7 +52,7 @@ def export_classifier(
 
     classifier = tf.saved_model.load(path)
     out = classifier.signatures["classify"](text=tf.constant(["great film"]))
-    print(out["label"].numpy(), out["probabilities"].numpy())
+    labels, probabilities = out["label"], out["probabilities"]
     ```
     """
     embeddings = common.check_bert(

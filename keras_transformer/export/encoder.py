@@ -51,7 +51,7 @@ def export_encoder(model, tokenizer, path, sequence_length=None, overwrite=False
 
     encoder = tf.saved_model.load(path)
     out = encoder.signatures["encode"](text=tf.constant(["a sentence"]))
-    print(out["mean_pooled_output"].shape)
+    embeddings = out["mean_pooled_output"]  # float32 (batch, hidden)
     ```
     """
     builder = "kt.models.bert or kt.models.bert_feature_extractor"

@@ -81,7 +81,7 @@ def export_text_generator(
         max_new_tokens=tf.constant(20),
         temperature=tf.constant(0.0),
     )
-    print(out["text"].numpy()[0].decode())
+    text = out["text"].numpy()[0].decode()  # the prompt and its continuation
     ```
     """
     layers = common.check_family(model, "gpt2", "export_text_generator")

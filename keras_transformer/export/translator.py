@@ -69,7 +69,7 @@ def export_translator(
 
     translator = tf.saved_model.load(path)
     out = translator.signatures["translate"](sentences=tf.constant(["hello"]))
-    print(out["translation"].numpy()[0].decode())
+    translation = out["translation"].numpy()[0].decode()
     ```
     """
     layers = common.check_family(model, "seq2seq", "export_translator")

@@ -3,18 +3,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-
-
-def spread_weights(model, scale=0.3, seed=0):
-    """Random weights large enough that logits have no near-ties."""
-    rng = np.random.default_rng(seed)
-    model.set_weights(
-        [
-            rng.normal(size=w.shape).astype("float32") * scale
-            for w in model.get_weights()
-        ]
-    )
-    return model
+from tests.helpers import spread_weights
 
 
 @pytest.fixture(scope="module")
