@@ -71,7 +71,8 @@ def train_gpt(lines, directory, steps=600, context=64, batch_size=32, verbose=1)
         "held-out loss (nats per character)": loss,
         "uniform guess loss": float(np.log(len(vocabulary) - 1)),
         "samples": [
-            tokenizer.detokenize(row[None]).numpy()[0].decode() for row in samples
+            tokenizer.detokenize(row[None]).numpy()[0].decode().split("[END]")[0]
+            for row in samples
         ],
     }
 
