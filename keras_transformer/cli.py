@@ -47,7 +47,7 @@ def _load_data(task, path):
             return datasets.story_lines(6000), "generated story sentences (built in)"
         if task == "bert":
             return datasets.sentiment_sentences(4000), "generated reviews (built in)"
-        return datasets.number_pairs(12000, maximum=10_000), (
+        return datasets.number_pairs(9000, maximum=10_000), (
             "number words -> digits (built in)"
         )
     if not os.path.isfile(path):

@@ -45,9 +45,20 @@ def number_to_words(n):
 
 
 def number_pairs(count, seed=0, maximum=100_000):
-    """`count` (words, digits) pairs, e.g. ('four hundred two', '402')."""
+    """`count` (words, digits) pairs, e.g. ('four hundred two', '402').
+
+    The numbers are drawn from `[0, maximum)`, all different while
+    `count <= maximum`, so a held-out slice holds numbers never trained on.
+
+    Examples:
+        >>> from keras_transformer import datasets
+        >>> datasets.number_pairs(2, seed=1, maximum=1000)
+        [('four hundred seventy two', '472'), ('five hundred eleven', '511')]
+    """
+    if count < 1:
+        raise ValueError(f"`count` must be >= 1. Received: count={count}")
     rng = np.random.default_rng(seed)
-    numbers = rng.integers(0, maximum, count)
+    numbers = rng.choice(maximum, count, replace=count > maximum)
     return [(number_to_words(int(n)), str(int(n))) for n in numbers]
 
 

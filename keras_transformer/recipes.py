@@ -138,18 +138,42 @@ def train_classifier(
     }
 
 
+def _length(texts, extra, maximum):
+    """The longest text in characters plus `extra`, rounded up to 8, capped."""
+    longest = max(len(t) for t in texts) + extra
+    return min(maximum, -(-longest // 8) * 8)
+
+
 def train_translator(
-    pairs, directory, steps=1500, sequence_length=48, batch_size=64, verbose=1
+    pairs, directory, steps=600, max_sequence_length=128, batch_size=64, verbose=1
 ):
-    """A character-level encoder-decoder on `(source, target)` string pairs."""
+    """A character-level encoder-decoder on `(source, target)` string pairs.
+
+    The source and target lengths are the longest training texts (in
+    characters, rounded up to a multiple of 8), at most `max_sequence_length`:
+    a short target side (digits, say) keeps the decoder cheap.
+    """
     train_pairs, test_pairs = _split(pairs, 0.1)
     vocabulary = text.build_char_vocabulary([s + t for s, t in train_pairs])
     tokenizer = text.CharTokenizer(vocabulary)
+    source_length = _length([s for s, _ in train_pairs], 0, max_sequence_length)
+    target_length = _length([t for _, t in train_pairs], 1, max_sequence_length)
     model = models.seq2seq(
-        len(vocabulary), 2, 4, 64, 256, max_sequence_length=sequence_length, dropout=0.0
+        len(vocabulary),
+        2,
+        4,
+        64,
+        256,
+        max_sequence_length=max(source_length, target_length),
+        dropout=0.0,
     )
     model.compile(
-        optimizer=keras.optimizers.Adam(training.TransformerSchedule(64, steps // 8)),
+        # Warm-up + cosine decay: at this size the paper's schedule peaks too
+        # high for a short run (its peak is tied to the warm-up length).
+        optimizer=keras.optimizers.Adam(
+            training.warmup_cosine_decay(2e-3, steps // 10, steps, 2e-4),
+            beta_2=0.98,
+        ),
         loss=training.MaskedSparseCategoricalCrossentropy(label_smoothing=0.05),
         metrics=[training.MaskedAccuracy()],
     )
@@ -158,8 +182,9 @@ def train_translator(
     data = text.translation_dataset(
         tf.data.Dataset.from_tensor_slices((sources, targets)),
         tokenizer,
-        sequence_length,
+        source_length,
         batch_size,
+        target_sequence_length=target_length,
     )
     model.fit(
         data.shuffle(256).repeat(),
@@ -168,7 +193,9 @@ def train_translator(
         verbose=verbose,
     )
     path = os.path.join(directory, "saved_model")
-    export.export_translator(model, tokenizer, tokenizer, path)
+    export.export_translator(
+        model, tokenizer, tokenizer, path, max_new_tokens=target_length - 1
+    )
     translate = tf.saved_model.load(path).signatures["translate"]
     test = test_pairs[:256]
     outputs = translate(sentences=tf.constant([s for s, _ in test]))["translation"]

@@ -61,14 +61,13 @@ def generate(
     Returns:
         A numpy int32 array `(B, P + max_new_tokens)`.
 
-    Example:
-
-    >>> import numpy as np
-    >>> import keras_transformer as kt
-    >>> model = kt.models.gpt2(20, num_layers=1, num_heads=2, hidden_dim=8,
-    ...                        intermediate_dim=16, max_sequence_length=32)
-    >>> kt.generation.generate(model, np.array([[5, 6, 7]]), max_new_tokens=4).shape
-    (1, 7)
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> model = kt.models.gpt2(20, num_layers=1, num_heads=2, hidden_dim=8,
+        ...                        intermediate_dim=16, max_sequence_length=32)
+        >>> kt.generation.generate(model, np.array([[5, 6, 7]]), max_new_tokens=4).shape
+        (1, 7)
     """
     sampler = get_sampler(sampler, **sampler_args)
     if isinstance(max_new_tokens, bool) or not isinstance(

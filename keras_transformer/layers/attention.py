@@ -32,14 +32,13 @@ def scaled_dot_product_attention(query, key, value, mask=None):
         `(output, attention_weights)` of shapes `(..., T, d_v)` and
         `(..., T, S)`.
 
-    Example:
-
-    >>> import numpy as np
-    >>> import keras_transformer as kt
-    >>> q = k = v = np.eye(3, dtype="float32")[None]
-    >>> out, weights = kt.layers.scaled_dot_product_attention(q, k, v)
-    >>> tuple(out.shape), tuple(weights.shape)
-    ((1, 3, 3), (1, 3, 3))
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> q = k = v = np.eye(3, dtype="float32")[None]
+        >>> out, weights = kt.layers.scaled_dot_product_attention(q, k, v)
+        >>> tuple(out.shape), tuple(weights.shape)
+        ((1, 3, 3), (1, 3, 3))
     """
     query = ops.convert_to_tensor(query)
     key = ops.convert_to_tensor(key)
@@ -97,14 +96,13 @@ class MultiHeadAttention(keras.layers.Layer):
         `(B, T, output_dim)`; with `return_attention_scores`, also the scores;
         with `cache`, also the updated cache (always last).
 
-    Example:
-
-    >>> import numpy as np
-    >>> import keras_transformer as kt
-    >>> mha = kt.layers.MultiHeadAttention(num_heads=2, key_dim=4)
-    >>> x = np.random.rand(3, 5, 8).astype("float32")
-    >>> tuple(mha(x, use_causal_mask=True).shape)
-    (3, 5, 8)
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> mha = kt.layers.MultiHeadAttention(num_heads=2, key_dim=4)
+        >>> x = np.random.rand(3, 5, 8).astype("float32")
+        >>> tuple(mha(x, use_causal_mask=True).shape)
+        (3, 5, 8)
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017.

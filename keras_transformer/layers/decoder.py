@@ -58,15 +58,14 @@ class TransformerDecoderBlock(TransformerBlockBase):
         `(outputs, self_attention_cache)`, plus `cross_attention_cache` when
         `cross_attention=True`.
 
-    Example:
-
-    >>> import numpy as np
-    >>> import keras_transformer as kt
-    >>> block = kt.layers.TransformerDecoderBlock(num_heads=2, intermediate_dim=32)
-    >>> x = np.random.rand(2, 4, 16).astype("float32")
-    >>> context = np.random.rand(2, 6, 16).astype("float32")
-    >>> tuple(block(x, context).shape)
-    (2, 4, 16)
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> block = kt.layers.TransformerDecoderBlock(num_heads=2, intermediate_dim=32)
+        >>> x = np.random.rand(2, 4, 16).astype("float32")
+        >>> context = np.random.rand(2, 6, 16).astype("float32")
+        >>> tuple(block(x, context).shape)
+        (2, 4, 16)
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017.
@@ -83,6 +82,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
         normalize_first=False,
         layer_norm_epsilon=1e-6,
         cross_attention=True,
+        key_dim=None,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
         **kwargs,
     ):
         super().__init__(
@@ -92,6 +94,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
             activation=activation,
             normalize_first=normalize_first,
             layer_norm_epsilon=layer_norm_epsilon,
+            key_dim=key_dim,
+            kernel_initializer=kernel_initializer,
+            bias_initializer=bias_initializer,
             **kwargs,
         )
         self.cross_attention = cross_attention

@@ -68,14 +68,13 @@ class TransformerEncoderBlock(TransformerBlockBase):
     Returns:
         `(B, T, E)`.
 
-    Example:
-
-    >>> import numpy as np
-    >>> import keras_transformer as kt
-    >>> block = kt.layers.TransformerEncoderBlock(num_heads=2, intermediate_dim=32)
-    >>> x = np.random.rand(2, 5, 16).astype("float32")
-    >>> tuple(block(x, padding_mask=np.array([[1] * 5, [1, 1, 1, 0, 0]])).shape)
-    (2, 5, 16)
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> block = kt.layers.TransformerEncoderBlock(num_heads=2, intermediate_dim=32)
+        >>> x = np.random.rand(2, 5, 16).astype("float32")
+        >>> tuple(block(x, padding_mask=np.array([[1] * 5, [1, 1, 1, 0, 0]])).shape)
+        (2, 5, 16)
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017.

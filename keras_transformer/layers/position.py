@@ -23,11 +23,10 @@ def sinusoidal_encoding(length, depth):
     Returns:
         A float32 numpy array of shape `(length, depth)`.
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> kt.layers.sinusoidal_encoding(50, 16).shape
-    (50, 16)
+    Examples:
+        >>> import keras_transformer as kt
+        >>> kt.layers.sinusoidal_encoding(50, 16).shape
+        (50, 16)
     """
     validation.check_positive_int("length", length)
     validation.check_positive_int("depth", depth)
@@ -71,13 +70,12 @@ class PositionalEmbedding(keras.layers.Layer):
     Returns:
         `(B, T, hidden_dim)` embeddings, or logits with `reverse=True`.
 
-    Example:
-
-    >>> import numpy as np
-    >>> import keras_transformer as kt
-    >>> embed = kt.layers.PositionalEmbedding(100, 16, 8, position="learned")
-    >>> tuple(embed(np.array([[5, 7, 0, 0]])).shape)
-    (1, 4, 8)
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> embed = kt.layers.PositionalEmbedding(100, 16, 8, position="learned")
+        >>> tuple(embed(np.array([[5, 7, 0, 0]])).shape)
+        (1, 4, 8)
     """
 
     def __init__(

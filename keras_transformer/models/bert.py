@@ -44,17 +44,16 @@ def bert(
         "padding_mask"}` (each `(B, T)`) and outputs
         `{"sequence_output": (B, T, E), "pooled_output": (B, E)}`.
 
-    Example:
-
-    >>> import numpy as np
-    >>> import keras_transformer as kt
-    >>> model = kt.models.bert(100, num_layers=1, num_heads=2, hidden_dim=8,
-    ...                        intermediate_dim=16, max_sequence_length=6)
-    >>> ids = np.array([[2, 5, 6, 3, 0, 0]])
-    >>> out = model({"token_ids": ids, "segment_ids": np.zeros_like(ids),
-    ...              "padding_mask": ids != 0})
-    >>> tuple(out["pooled_output"].shape)
-    (1, 8)
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> model = kt.models.bert(100, num_layers=1, num_heads=2, hidden_dim=8,
+        ...                        intermediate_dim=16, max_sequence_length=6)
+        >>> ids = np.array([[2, 5, 6, 3, 0, 0]])
+        >>> out = model({"token_ids": ids, "segment_ids": np.zeros_like(ids),
+        ...              "padding_mask": ids != 0})
+        >>> tuple(out["pooled_output"].shape)
+        (1, 8)
     """
     if isinstance(vocabulary_size, str):
         return bert(

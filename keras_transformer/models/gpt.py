@@ -40,14 +40,13 @@ def gpt2(
         A `keras.Model` mapping int `token_ids` `(B, T)` to float32 logits
         `(B, T, vocabulary_size)`; position t predicts token t + 1.
 
-    Example:
-
-    >>> import numpy as np
-    >>> import keras_transformer as kt
-    >>> model = kt.models.gpt2(50, num_layers=1, num_heads=2, hidden_dim=8,
-    ...                        intermediate_dim=32, max_sequence_length=16)
-    >>> tuple(model(np.array([[5, 6, 7]])).shape)
-    (1, 3, 50)
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> model = kt.models.gpt2(50, num_layers=1, num_heads=2, hidden_dim=8,
+        ...                        intermediate_dim=32, max_sequence_length=16)
+        >>> tuple(model(np.array([[5, 6, 7]])).shape)
+        (1, 3, 50)
 
     References:
         Radford et al., "Language Models are Unsupervised Multitask Learners",

@@ -50,16 +50,15 @@ def seq2seq(
         "decoder_token_ids": (B, T)}` returning float32 logits
         `(B, T, target vocabulary size)`.
 
-    Example:
-
-    >>> import numpy as np
-    >>> import keras_transformer as kt
-    >>> model = kt.models.seq2seq(30, num_layers=1, num_heads=2, hidden_dim=8,
-    ...                           intermediate_dim=16, max_sequence_length=10)
-    >>> logits = model({"encoder_token_ids": np.array([[4, 5, 6, 0]]),
-    ...                 "decoder_token_ids": np.array([[1, 7, 8]])})
-    >>> tuple(logits.shape)
-    (1, 3, 30)
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> model = kt.models.seq2seq(30, num_layers=1, num_heads=2, hidden_dim=8,
+        ...                           intermediate_dim=16, max_sequence_length=10)
+        >>> logits = model({"encoder_token_ids": np.array([[4, 5, 6, 0]]),
+        ...                 "decoder_token_ids": np.array([[1, 7, 8]])})
+        >>> tuple(logits.shape)
+        (1, 3, 30)
 
     References:
         Vaswani et al., "Attention Is All You Need", 2017.

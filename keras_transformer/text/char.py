@@ -26,11 +26,10 @@ def build_char_vocabulary(
     Returns:
         A list: the reserved tokens, then the characters in code point order.
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> kt.text.build_char_vocabulary(["abba", "cab"])[7:]
-    ['a', 'b', 'c']
+    Examples:
+        >>> import keras_transformer as kt
+        >>> kt.text.build_char_vocabulary(["abba", "cab"])[7:]
+        ['a', 'b', 'c']
     """
     if vocabulary_size is None:
         reserved_tokens = common.check_reserved_tokens(reserved_tokens, 2**31 - 1)
@@ -73,16 +72,15 @@ class CharTokenizer(Tokenizer):
         int32 ids: `(B, None)` ragged, `(B, sequence_length)` dense, or `(T,)`
         for a single string.
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> vocab = kt.text.build_char_vocabulary(["héllo wörld"])
-    >>> tokenizer = kt.text.CharTokenizer(vocab)
-    >>> ids = tokenizer.tokenize("wörld?")
-    >>> ids.numpy().tolist()
-    [13, 15, 12, 10, 8, 1]
-    >>> tokenizer.detokenize(ids).numpy().decode()
-    'wörld[UNK]'
+    Examples:
+        >>> import keras_transformer as kt
+        >>> vocab = kt.text.build_char_vocabulary(["héllo wörld"])
+        >>> tokenizer = kt.text.CharTokenizer(vocab)
+        >>> ids = tokenizer.tokenize("wörld?")
+        >>> ids.numpy().tolist()
+        [13, 15, 12, 10, 8, 1]
+        >>> tokenizer.detokenize(ids).numpy().decode()
+        'wörld[UNK]'
     """
 
     def __init__(self, vocabulary, sequence_length=None, **kwargs):

@@ -77,18 +77,17 @@ class MaskedLMMaskGenerator(keras.layers.Layer):
         `"mask_weights"` `(B, P)` float32, 1 for a real prediction and 0 for
         padding (positions and ids are 0 there).
 
-    Example:
-
-    >>> import numpy as np
-    >>> import keras_transformer as kt
-    >>> masker = kt.text.MaskedLMMaskGenerator(
-    ...     vocabulary_size=100, mask_token_id=4, mask_selection_length=3,
-    ...     mask_selection_rate=0.5, unselectable_token_ids=[2, 3])
-    >>> out = masker(np.array([[2, 10, 11, 12, 13, 3, 0, 0]]))
-    >>> out["mask_weights"].numpy().tolist()  # ceil(0.5 * 4) = 2 of 3 slots
-    [[1.0, 1.0, 0.0]]
-    >>> set(out["mask_positions"].numpy()[0, :2].tolist()) <= {1, 2, 3, 4}
-    True
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> masker = kt.text.MaskedLMMaskGenerator(
+        ...     vocabulary_size=100, mask_token_id=4, mask_selection_length=3,
+        ...     mask_selection_rate=0.5, unselectable_token_ids=[2, 3])
+        >>> out = masker(np.array([[2, 10, 11, 12, 13, 3, 0, 0]]))
+        >>> out["mask_weights"].numpy().tolist()  # ceil(0.5 * 4) = 2 of 3 slots
+        [[1.0, 1.0, 0.0]]
+        >>> set(out["mask_positions"].numpy()[0, :2].tolist()) <= {1, 2, 3, 4}
+        True
 
     References:
         Devlin et al., "BERT: Pre-training of Deep Bidirectional Transformers

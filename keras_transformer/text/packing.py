@@ -59,14 +59,13 @@ def pack_segments(segments, sequence_length, cls_id, sep_id):
         1 for B and its `[SEP]`, ...; 0 at padding) and bool `"padding_mask"`,
         the inputs of `kt.models.bert`.
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> packed = kt.text.pack_segments(([5, 6, 7, 8], [9, 10, 11]), 8, 2, 3)
-    >>> packed["token_ids"].numpy().tolist()  # 5 room: A keeps 3, B keeps 2
-    [2, 5, 6, 7, 3, 9, 10, 3]
-    >>> packed["segment_ids"].numpy().tolist()
-    [0, 0, 0, 0, 0, 1, 1, 1]
+    Examples:
+        >>> import keras_transformer as kt
+        >>> packed = kt.text.pack_segments(([5, 6, 7, 8], [9, 10, 11]), 8, 2, 3)
+        >>> packed["token_ids"].numpy().tolist()  # 5 room: A keeps 3, B keeps 2
+        [2, 5, 6, 7, 3, 9, 10, 3]
+        >>> packed["segment_ids"].numpy().tolist()
+        [0, 0, 0, 0, 0, 1, 1, 1]
     """
     if not isinstance(segments, list | tuple):
         segments = [segments]
@@ -118,12 +117,11 @@ def pack_seq2seq(source, target, source_length, target_length, start_id, end_id)
         "decoder_token_ids": (B, T)}` (the inputs of `kt.models.seq2seq`) and
         `labels` is `(B, T)`, all int32 and 0-padded.
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> inputs, labels = kt.text.pack_seq2seq([7, 8, 9], [10, 11], 4, 4, 5, 6)
-    >>> inputs["decoder_token_ids"].numpy().tolist(), labels.numpy().tolist()
-    ([5, 10, 11, 0], [10, 11, 6, 0])
+    Examples:
+        >>> import keras_transformer as kt
+        >>> inputs, labels = kt.text.pack_seq2seq([7, 8, 9], [10, 11], 4, 4, 5, 6)
+        >>> inputs["decoder_token_ids"].numpy().tolist(), labels.numpy().tolist()
+        ([5, 10, 11, 0], [10, 11, 6, 0])
     """
     validation.check_positive_int("source_length", source_length)
     validation.check_positive_int("target_length", target_length)
@@ -167,12 +165,11 @@ def causal_lm_windows(token_ids, sequence_length):
     Returns:
         `(inputs, labels)`, each int32 `(W, T)` with `W = (N - 1) // T`.
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> inputs, labels = kt.text.causal_lm_windows([1, 2, 3, 4, 5, 6, 7, 8], 3)
-    >>> inputs.numpy().tolist(), labels.numpy().tolist()
-    ([[1, 2, 3], [4, 5, 6]], [[2, 3, 4], [5, 6, 7]])
+    Examples:
+        >>> import keras_transformer as kt
+        >>> inputs, labels = kt.text.causal_lm_windows([1, 2, 3, 4, 5, 6, 7, 8], 3)
+        >>> inputs.numpy().tolist(), labels.numpy().tolist()
+        ([[1, 2, 3], [4, 5, 6]], [[2, 3, 4], [5, 6, 7]])
     """
     validation.check_positive_int("sequence_length", sequence_length)
     stream = tf.convert_to_tensor(token_ids)

@@ -54,16 +54,15 @@ def train_sentencepiece(
     Returns:
         The serialized model proto (`bytes`) for `SentencePieceTokenizer`.
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> corpus = ["the cat sat on the mat", "the dog sat on the log"] * 50
-    >>> proto = kt.text.train_sentencepiece(corpus, 300)
-    >>> tokenizer = kt.text.SentencePieceTokenizer(proto)
-    >>> tokenizer.get_vocabulary()[:7]
-    ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '[START]', '[END]']
-    >>> tokenizer.detokenize(tokenizer.tokenize("the cat 🐈")).numpy().decode()
-    'the cat 🐈'
+    Examples:
+        >>> import keras_transformer as kt
+        >>> corpus = ["the cat sat on the mat", "the dog sat on the log"] * 50
+        >>> proto = kt.text.train_sentencepiece(corpus, 300)
+        >>> tokenizer = kt.text.SentencePieceTokenizer(proto)
+        >>> tokenizer.get_vocabulary()[:7]
+        ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '[START]', '[END]']
+        >>> tokenizer.detokenize(tokenizer.tokenize("the cat 🐈")).numpy().decode()
+        'the cat 🐈'
     """
     try:
         import sentencepiece
@@ -142,13 +141,12 @@ class SentencePieceTokenizer(Tokenizer):
         int32 ids: `(B, None)` ragged, `(B, sequence_length)` dense, or `(T,)`
         for a single string.
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> proto = kt.text.train_sentencepiece(["a b c", "b c a"] * 10, 270)
-    >>> tokenizer = kt.text.SentencePieceTokenizer(proto, sequence_length=8)
-    >>> tokenizer.detokenize(tokenizer(["c b a"])).numpy()
-    array([b'c b a'], dtype=object)
+    Examples:
+        >>> import keras_transformer as kt
+        >>> proto = kt.text.train_sentencepiece(["a b c", "b c a"] * 10, 270)
+        >>> tokenizer = kt.text.SentencePieceTokenizer(proto, sequence_length=8)
+        >>> tokenizer.detokenize(tokenizer(["c b a"])).numpy()
+        array([b'c b a'], dtype=object)
     """
 
     def __init__(self, proto, sequence_length=None, **kwargs):

@@ -51,15 +51,14 @@ def build_wordpiece_vocabulary(
     Returns:
         A list of tokens: token `i` has id `i`.
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> corpus = ["the cat sat on the mat", "the dog sat on the log"] * 20
-    >>> vocab = kt.text.build_wordpiece_vocabulary(corpus, 60)
-    >>> vocab[:7]
-    ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '[START]', '[END]']
-    >>> kt.text.WordPieceTokenizer(vocab).tokenize("The cat").shape
-    TensorShape([2])
+    Examples:
+        >>> import keras_transformer as kt
+        >>> corpus = ["the cat sat on the mat", "the dog sat on the log"] * 20
+        >>> vocab = kt.text.build_wordpiece_vocabulary(corpus, 60)
+        >>> vocab[:7]
+        ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', '[START]', '[END]']
+        >>> kt.text.WordPieceTokenizer(vocab).tokenize("The cat").shape
+        TensorShape([2])
     """
     reserved_tokens = common.check_reserved_tokens(reserved_tokens, vocabulary_size)
     if verbose not in ("auto", True, False):

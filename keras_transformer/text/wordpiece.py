@@ -45,16 +45,15 @@ class WordPieceTokenizer(Tokenizer):
         int32 ids: `(B, None)` ragged, `(B, sequence_length)` dense, or `(T,)`
         for a single string.
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "play",
-    ...          "##ing", ",", "!", "你", "好"]
-    >>> tokenizer = kt.text.WordPieceTokenizer(vocab)
-    >>> tokenizer.tokenize("Héllo, WORLD! Playing 你好").numpy().tolist()
-    [4, 8, 5, 9, 6, 7, 10, 11]
-    >>> tokenizer.detokenize([4, 8, 5, 9, 6, 7, 0, 0]).numpy().decode()
-    'hello , world ! playing'
+    Examples:
+        >>> import keras_transformer as kt
+        >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello", "world", "play",
+        ...          "##ing", ",", "!", "你", "好"]
+        >>> tokenizer = kt.text.WordPieceTokenizer(vocab)
+        >>> tokenizer.tokenize("Héllo, WORLD! Playing 你好").numpy().tolist()
+        [4, 8, 5, 9, 6, 7, 10, 11]
+        >>> tokenizer.detokenize([4, 8, 5, 9, 6, 7, 0, 0]).numpy().decode()
+        'hello , world ! playing'
 
     References:
         Devlin et al., "BERT: Pre-training of Deep Bidirectional Transformers

@@ -25,18 +25,17 @@ def check_global_batch(global_batch_size, strategy):
     Returns:
         The per-replica batch size, `global_batch_size // replicas`.
 
-    Example:
-
-    >>> import tensorflow as tf
-    >>> import keras_transformer as kt
-    >>> kt.training.check_global_batch(64, tf.distribute.get_strategy())
-    64
-    >>> kt.training.check_global_batch(64, 8)
-    8
-    >>> kt.training.check_global_batch(7, 2)
-    Traceback (most recent call last):
-    ...
-    ValueError: `global_batch_size` must be divisible by the number of replicas. Received: global_batch_size=7, num_replicas_in_sync=2
+    Examples:
+        >>> import tensorflow as tf
+        >>> import keras_transformer as kt
+        >>> kt.training.check_global_batch(64, tf.distribute.get_strategy())
+        64
+        >>> kt.training.check_global_batch(64, 8)
+        8
+        >>> kt.training.check_global_batch(7, 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: `global_batch_size` must be divisible by the number of replicas. Received: global_batch_size=7, num_replicas_in_sync=2
     """  # noqa: E501
     replicas = getattr(strategy, "num_replicas_in_sync", strategy)
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:

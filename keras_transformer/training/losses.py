@@ -19,14 +19,14 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
         ignore_id: label id to ignore.
         name: loss name.
 
-    Example:
-
-    >>> import numpy as np
-    >>> import keras_transformer as kt
-    >>> loss = kt.training.MaskedSparseCategoricalCrossentropy()
-    >>> logits = np.log(np.array([[[0.5, 0.5], [0.9, 0.1]]], "float32"))
-    >>> round(float(loss(np.array([[1, 0]]), logits)), 4)  # -log(0.5), padding ignored
-    0.6931
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> loss = kt.training.MaskedSparseCategoricalCrossentropy()
+        >>> logits = np.log(np.array([[[0.5, 0.5], [0.9, 0.1]]], "float32"))
+        >>> # -log(0.5): the padded second position is ignored.
+        >>> round(float(loss(np.array([[1, 0]]), logits)), 4)
+        0.6931
     """
 
     def __init__(

@@ -12,14 +12,13 @@ class MaskedAccuracy(keras.metrics.Metric):
         ignore_id: label id that is not counted (0, padding).
         name: metric name.
 
-    Example:
-
-    >>> import numpy as np
-    >>> import keras_transformer as kt
-    >>> metric = kt.training.MaskedAccuracy()
-    >>> metric.update_state(np.array([[2, 1, 0]]), np.eye(3)[[[2, 2, 1]]])
-    >>> float(metric.result())
-    0.5
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> metric = kt.training.MaskedAccuracy()
+        >>> metric.update_state(np.array([[2, 1, 0]]), np.eye(3)[[[2, 2, 1]]])
+        >>> float(metric.result())
+        0.5
     """
 
     def __init__(self, ignore_id=0, name="masked_accuracy", **kwargs):

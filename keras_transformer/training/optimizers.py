@@ -20,12 +20,11 @@ class AdamW(keras.optimizers.AdamW):
         **kwargs: any other `keras.optimizers.AdamW` argument (`beta_2`,
             `clipnorm`, `global_clipnorm`, ...).
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> optimizer = kt.training.AdamW(1e-3, weight_decay=0.1, beta_2=0.99)
-    >>> optimizer.get_config()["exclude_from_decay"]
-    ['bias', 'layer_norm', 'embedding']
+    Examples:
+        >>> import keras_transformer as kt
+        >>> optimizer = kt.training.AdamW(1e-3, weight_decay=0.1, beta_2=0.99)
+        >>> optimizer.get_config()["exclude_from_decay"]
+        ['bias', 'layer_norm', 'embedding']
     """
 
     def __init__(

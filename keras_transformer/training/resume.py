@@ -52,13 +52,12 @@ def resumable_callbacks(directory):
         the latest whole model (add your own `ModelCheckpoint` to keep the
         best one).
 
-    Example:
-
-    >>> import tempfile
-    >>> import keras_transformer as kt
-    >>> callbacks = kt.training.resumable_callbacks(tempfile.mkdtemp())
-    >>> [type(callback).__name__ for callback in callbacks][1:]
-    ['BackupAndRestore', 'ModelCheckpoint']
+    Examples:
+        >>> import tempfile
+        >>> import keras_transformer as kt
+        >>> callbacks = kt.training.resumable_callbacks(tempfile.mkdtemp())
+        >>> [type(callback).__name__ for callback in callbacks][1:]
+        ['BackupAndRestore', 'ModelCheckpoint']
     """
     _check_directory(directory)
     backup = os.path.join(directory, BACKUP)
@@ -79,12 +78,11 @@ def resume_epoch(directory):
     taken `resume_epoch(directory) * steps` steps: skip that many batches of
     a repeated dataset.
 
-    Example:
-
-    >>> import tempfile
-    >>> import keras_transformer as kt
-    >>> kt.training.resume_epoch(tempfile.mkdtemp())
-    0
+    Examples:
+        >>> import tempfile
+        >>> import keras_transformer as kt
+        >>> kt.training.resume_epoch(tempfile.mkdtemp())
+        0
     """
     _check_directory(directory)
     return _backup_epoch(os.path.join(directory, BACKUP)) or 0

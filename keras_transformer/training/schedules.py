@@ -17,12 +17,11 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         hidden_dim: the model width `d_model`.
         warmup_steps: steps of linear warm-up (4000 in the paper).
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> schedule = kt.training.TransformerSchedule(512, warmup_steps=4000)
-    >>> round(float(schedule(3999)), 6)  # the peak, at step 4000
-    0.000699
+    Examples:
+        >>> import keras_transformer as kt
+        >>> schedule = kt.training.TransformerSchedule(512, warmup_steps=4000)
+        >>> round(float(schedule(3999)), 6)  # the peak, at step 4000
+        0.000699
     """
 
     def __init__(self, hidden_dim, warmup_steps=4000):
@@ -49,12 +48,11 @@ def warmup_cosine_decay(
 
     Returns a (serializable) `keras.optimizers.schedules.CosineDecay`.
 
-    Example:
-
-    >>> import keras_transformer as kt
-    >>> schedule = kt.training.warmup_cosine_decay(1e-3, 100, 2000, 1e-4)
-    >>> round(float(schedule(100)), 6), round(float(schedule(2000)), 6)
-    (0.001, 0.0001)
+    Examples:
+        >>> import keras_transformer as kt
+        >>> schedule = kt.training.warmup_cosine_decay(1e-3, 100, 2000, 1e-4)
+        >>> round(float(schedule(100)), 6), round(float(schedule(2000)), 6)
+        (0.001, 0.0001)
     """
     validation.check_positive_int("total_steps", total_steps)
     if (
