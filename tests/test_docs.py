@@ -17,9 +17,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
-@pytest.mark.parametrize(
-    "path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT))
-)
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_markdown_python_blocks_run(path):
     blocks = BLOCK.findall(path.read_text())
     for number, block in enumerate(blocks, 1):
