@@ -41,6 +41,34 @@ class _RandomTokenChooser(tf_text.MaskValuesChooser):
         return tf.ragged.map_flat_values(decode, values)
 
 
+class _RandomItemSelector(tf_text.RandomItemSelector):
+    """tensorflow-text's selector, with one random draw per batch.
+
+    The stock selector shuffles each row inside a `tf.map_fn` whose iterations
+    run in parallel, so which row gets which random numbers (and so the
+    selections) varies from run to run even with a fixed seed; and it rounds
+    `rate * n` up in float32, so 15% of 100 tokens selects 16. Here every
+    selectable token gets a uniform score from a single op and each row keeps
+    its `ceil(rate * n)` (at most `max_selections_per_batch`) highest scores.
+    """
+
+    def get_selection_mask(self, input_ids, axis=1):
+        if axis != 1 or input_ids.ragged_rank != 1:
+            return super().get_selection_mask(input_ids, axis)
+        selectable = self.get_selectable(input_ids, axis)
+        counts = tf.reduce_sum(tf.cast(selectable, tf.float64), axis=1)
+        # The tolerance keeps 15% of 100 (15.000000000000002 in float64) at 15.
+        wanted = tf.math.ceil(counts * self.selection_rate - 1e-9)
+        wanted = tf.minimum(tf.cast(wanted, tf.int32), self.max_selections_per_batch)
+        scores = tf.random.uniform(tf.shape(selectable.flat_values))
+        scores = selectable.with_flat_values(
+            tf.where(selectable.flat_values, scores, -1.0)
+        ).to_tensor(default_value=-1.0)
+        ranks = tf.argsort(tf.argsort(scores, axis=1, direction="DESCENDING"), axis=1)
+        chosen = (ranks < wanted[:, None]) & (scores >= 0.0)
+        return tf.RaggedTensor.from_tensor(chosen, lengths=input_ids.row_lengths())
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedLMMaskGenerator(keras.layers.Layer):
     """Selects and corrupts tokens for masked-LM pretraining, as BERT does.
@@ -52,7 +80,8 @@ class MaskedLMMaskGenerator(keras.layers.Layer):
     chosen tokens, `mask_token_rate` become `mask_token_id`, `random_token_rate`
     a random token (never an unselectable id), and the rest stay unchanged
     (tensorflow-text's `MaskValuesChooser`). Randomness follows
-    `tf.random.set_seed` / `keras.utils.set_random_seed`.
+    `tf.random.set_seed` / `keras.utils.set_random_seed`: the same seed gives
+    the same masks, batch after batch.
 
     Args:
         vocabulary_size: number of token ids; random tokens are below it.
@@ -151,7 +180,7 @@ class MaskedLMMaskGenerator(keras.layers.Layer):
         self.unselectable_token_ids = unselectable
         self.mask_token_rate = mask_token_rate
         self.random_token_rate = random_token_rate
-        self._selector = tf_text.RandomItemSelector(
+        self._selector = _RandomItemSelector(
             max_selections_per_batch=mask_selection_length,
             selection_rate=mask_selection_rate,
             unselectable_ids=unselectable,

@@ -80,18 +80,21 @@ def masked_lm_dataset(
         unselectable_token_ids=tokenizer.reserved_token_ids(),
     )
 
-    def prepare(texts):
-        packed = pack_segments(
-            _tokens(tokenizer, texts), sequence_length, cls_id, sep_id
-        )
+    def pack(texts):
+        return pack_segments(_tokens(tokenizer, texts), sequence_length, cls_id, sep_id)
+
+    def mask(packed):
         masked = masker(packed["token_ids"])
         features = {**packed, "token_ids": masked["token_ids"]}
         features["mask_positions"] = masked["mask_positions"]
         return features, masked["mask_ids"], masked["mask_weights"]
 
+    # Tokenizing runs in parallel; masking draws its random numbers batch by
+    # batch in order, so the masks follow `keras.utils.set_random_seed`.
     return (
         dataset.batch(batch_size)
-        .map(prepare, num_parallel_calls=AUTOTUNE)
+        .map(pack, num_parallel_calls=AUTOTUNE)
+        .map(mask)
         .prefetch(AUTOTUNE)
     )
 

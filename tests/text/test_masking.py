@@ -57,6 +57,11 @@ def test_count_is_rounded_up_and_capped_with_fixed_slots():
     out = masker(mask_selection_length=2, mask_selection_rate=0.5)(ids)
     # Row 0: ceil(0.5 * 3) = 2; row 1: ceil(0.5 * 5) = 3, capped at 2.
     np.testing.assert_array_equal(out["mask_weights"], [[1, 1], [1, 1]])
+    # Exactly 15% of 100 and 200 tokens (float32 rounding once made it 16, 31).
+    for length, expected in [(100, 15), (200, 30), (7, 2)]:
+        row = np.arange(7, 7 + length, dtype="int32")[None]
+        out = masker(mask_selection_length=40)(row)
+        assert int(np.sum(to_numpy(out["mask_weights"]))) == expected, length
     none = masker(mask_selection_length=3, mask_selection_rate=0.0)(ids)
     np.testing.assert_array_equal(none["mask_weights"], np.zeros((2, 3)))
     np.testing.assert_array_equal(none["token_ids"], ids)

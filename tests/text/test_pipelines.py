@@ -68,6 +68,20 @@ def test_masked_lm_pipeline(tokenizer):
     )
 
 
+def test_masked_lm_masks_follow_the_seed(tokenizer):
+    def masks(seed):
+        keras.utils.set_random_seed(seed)
+        strings = tf.data.Dataset.from_tensor_slices(SENTENCES)
+        dataset = kt.text.masked_lm_dataset(strings, tokenizer, 12, 2)
+        return [to_numpy(f["mask_positions"]) for f, _, _ in dataset]
+
+    reference = masks(0)
+    assert len(reference) == 16
+    for _ in range(3):  # masking once ran in parallel and lost the order
+        np.testing.assert_array_equal(masks(0), reference)
+    assert not np.array_equal(masks(1), reference)
+
+
 @pytest.mark.parametrize("pair", [False, True], ids=["single", "pair"])
 def test_classification_pipeline(tokenizer, pair):
     texts = (SENTENCES, SENTENCES[::-1]) if pair else SENTENCES
