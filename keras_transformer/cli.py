@@ -214,9 +214,19 @@ def build_parser():
     generate.add_argument(
         "--model", required=True, help="folder written by `train gpt`"
     )
-    generate.add_argument("--max-new-tokens", type=int, default=40)
-    generate.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
-    generate.add_argument("prompts", nargs="+")
+    generate.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=40,
+        help="tokens to add to each prompt (default 40; stops early at [END])",
+    )
+    generate.add_argument(
+        "--temperature",
+        type=float,
+        default=0.8,
+        help="sampling temperature (default 0.8; 0 = greedy)",
+    )
+    generate.add_argument("prompts", nargs="+", help="texts to continue")
     generate.set_defaults(handler=_generate)
 
     classify = commands.add_parser(
@@ -225,7 +235,7 @@ def build_parser():
     classify.add_argument(
         "--model", required=True, help="folder written by `train bert`"
     )
-    classify.add_argument("texts", nargs="+")
+    classify.add_argument("texts", nargs="+", help="texts to label")
     classify.set_defaults(handler=_classify)
 
     translate = commands.add_parser(
@@ -234,7 +244,7 @@ def build_parser():
     translate.add_argument(
         "--model", required=True, help="folder written by `train translate`"
     )
-    translate.add_argument("sentences", nargs="+")
+    translate.add_argument("sentences", nargs="+", help="sentences to translate")
     translate.set_defaults(handler=_translate)
     return parser
 

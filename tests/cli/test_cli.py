@@ -100,3 +100,14 @@ def test_help_documents_every_command():
         "translate",
     ]:
         assert flag in train.stdout
+
+
+def test_every_argument_has_help_text():
+    from keras_transformer import cli
+
+    parser = cli.build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # argparse internals
+    for name, command in commands.items():
+        for action in command._actions:
+            if action.dest != "help":
+                assert action.help, f"{name} {action.dest} has no --help text"
