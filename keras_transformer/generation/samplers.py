@@ -108,35 +108,39 @@ class TopKSampler(Sampler):
     """Samples among the `k` most likely tokens.
 
     Args:
-        k: how many tokens to keep (>= 1).
+        top_k: how many tokens to keep (>= 1).
         temperature: logits are divided by it first.
     """
 
-    def __init__(self, k=5, temperature=1.0):
+    def __init__(self, top_k=5, temperature=1.0):
         super().__init__(temperature)
-        validation.check_positive_int("top_k", k)
-        self.k = k
+        validation.check_positive_int("top_k", top_k)
+        self.top_k = top_k
 
     def next_token(self, logits, seed):
-        values, indices = tf.math.top_k(logits, k=self.k)  # (B, k)
+        values, indices = tf.math.top_k(logits, k=self.top_k)  # (B, top_k)
         choice = tf.random.stateless_categorical(values, 1, seed)  # (B, 1)
         return tf.gather(indices, choice, batch_dims=1)[:, 0]
 
 
 class TopPSampler(Sampler):
     """Nucleus sampling: samples among the fewest tokens whose probabilities
-    add up to at least `p`.
+    add up to at least `top_p`.
 
     Args:
-        p: the probability mass to keep, in (0, 1].
+        top_p: the probability mass to keep, in (0, 1].
         temperature: logits are divided by it first.
     """
 
-    def __init__(self, p=0.9, temperature=1.0):
+    def __init__(self, top_p=0.9, temperature=1.0):
         super().__init__(temperature)
-        if isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p <= 1:
-            raise ValueError(f"`top_p` must be in (0, 1]. Received: top_p={p!r}")
-        self.p = p
+        if (
+            isinstance(top_p, bool)
+            or not isinstance(top_p, int | float)
+            or not 0 < top_p <= 1
+        ):
+            raise ValueError(f"`top_p` must be in (0, 1]. Received: top_p={top_p!r}")
+        self.top_p = top_p
 
     def next_token(self, logits, seed):
         order = tf.argsort(logits, axis=-1, direction="DESCENDING")
@@ -145,7 +149,7 @@ class TopPSampler(Sampler):
         # Keep a token if the mass before it is still below p (the first
         # token is always kept).
         before = tf.cumsum(probs, axis=-1, exclusive=True)
-        sorted_logits = tf.where(before < self.p, sorted_logits, tf.float32.min)
+        sorted_logits = tf.where(before < self.top_p, sorted_logits, tf.float32.min)
         choice = tf.random.stateless_categorical(sorted_logits, 1, seed)
         return tf.gather(order, choice, batch_dims=1)[:, 0]
 
@@ -259,10 +263,6 @@ SAMPLERS = {
     "beam": BeamSampler,
 }
 
-# `generate(..., top_k=5)` reads naturally; the samplers call it `k`/`p`.
-_ARGUMENT_NAMES = {"top_k": "k", "top_p": "p"}
-
-
 def get_sampler(sampler, **sampler_args):
     """A sampler instance from a name (and its arguments) or an instance."""
     if isinstance(sampler, Sampler):
@@ -271,9 +271,8 @@ def get_sampler(sampler, **sampler_args):
         raise ValueError(
             f"Unknown `sampler`: {sampler!r}. Valid samplers: {', '.join(SAMPLERS)}"
         )
-    arguments = {_ARGUMENT_NAMES.get(k, k): v for k, v in sampler_args.items()}
     try:
-        return SAMPLERS[sampler](**arguments)
+        return SAMPLERS[sampler](**sampler_args)
     except TypeError as error:
         raise ValueError(
             f"Invalid arguments for sampler {sampler!r}: {sampler_args}. ({error})"

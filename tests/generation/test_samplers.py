@@ -64,8 +64,8 @@ def test_end_token_stops_each_sequence():
 @pytest.mark.parametrize(
     "sampler, allowed",
     [
-        (kt.generation.TopKSampler(k=3), {4, 5, 6}),
-        (kt.generation.TopPSampler(p=0.7), {5, 6}),  # 0.40 + 0.35 >= 0.7
+        (kt.generation.TopKSampler(top_k=3), {4, 5, 6}),
+        (kt.generation.TopPSampler(top_p=0.7), {5, 6}),  # 0.40 + 0.35 >= 0.7
     ],
 )
 def test_top_k_and_top_p_never_leave_their_set(sampler, allowed):
