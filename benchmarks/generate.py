@@ -47,7 +47,15 @@ def main():
         args.new, args.batch, args.repeats = 8, [1], 1
 
     keras.utils.set_random_seed(0)
-    ours = kt.models.gpt2(VOCABULARY, LAYERS, HEADS, HIDDEN, INTERMEDIATE, CONTEXT, 0.0)
+    ours = kt.models.gpt2(
+        VOCABULARY,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        hidden_dim=HIDDEN,
+        intermediate_dim=INTERMEDIATE,
+        max_sequence_length=CONTEXT,
+        dropout=0.0,
+    )
     backbone = keras_hub.models.GPT2Backbone(
         vocabulary_size=VOCABULARY,
         num_layers=LAYERS,

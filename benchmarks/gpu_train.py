@@ -94,11 +94,13 @@ def main():
     keras.config.set_dtype_policy("mixed_bfloat16")
     keras.utils.set_random_seed(0)
     # The preset's sizes, with our vocabulary, context and dropout.
-    arguments = dict(kt.models.PRESETS["gpt2_small"][1], **sizes)
-    arguments.update(
-        vocabulary_size=vocabulary, max_sequence_length=args.length, dropout=0.0
+    model = kt.models.GPT2.from_preset(
+        "gpt2_small",
+        **sizes,
+        vocabulary_size=vocabulary,
+        max_sequence_length=args.length,
+        dropout=0.0,
     )
-    model = kt.models.gpt2(**arguments)
     total = args.warmup + args.steps
     model.compile(
         optimizer=kt.training.AdamW(
@@ -117,8 +119,7 @@ def main():
     batch = (ids[:, :-1], ids[:, 1:])
     dataset = tf.data.Dataset.from_tensors(batch).repeat().prefetch(2)
 
-    layers = sum(layer.name.startswith("transformer_layer") for layer in model.layers)
-    hidden = model.get_layer("embeddings").hidden_dim
+    layers, hidden = model.num_layers, model.hidden_dim
     parameters = model.count_params()
     matmul_parameters = parameters - args.length * hidden  # N: no positions
     flops_per_token = 6 * matmul_parameters + 12 * layers * args.length * hidden

@@ -28,7 +28,15 @@ LAYERS, HIDDEN, HEADS, INTERMEDIATE = 4, 256, 4, 1024
 
 
 def ours(vocabulary, length):
-    return kt.models.gpt2(vocabulary, LAYERS, HEADS, HIDDEN, INTERMEDIATE, length, 0.1)
+    return kt.models.gpt2(
+        vocabulary,
+        num_layers=LAYERS,
+        num_heads=HEADS,
+        hidden_dim=HIDDEN,
+        intermediate_dim=INTERMEDIATE,
+        max_sequence_length=length,
+        dropout=0.1,
+    )
 
 
 def keras_hub_gpt(vocabulary, length):

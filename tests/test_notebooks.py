@@ -1,7 +1,7 @@
 """The Colab notebooks: stored clean, and run top to bottom in their small mode.
 
 `KERAS_TRANSFORMER_SMALL=1` makes every notebook use tiny sizes and the
-generated corpora of `keras_transformer.datasets` (no network). Each notebook
+generated corpora of `keras_transformer.cli.datasets` (no network). Each notebook
 ends with assertions on what it learned, so running is not enough to pass.
 Executed outputs stay in memory; nothing is written back into the repository.
 """

@@ -6,6 +6,7 @@ Shape legend: B batch, T sequence length, C classes.
 import tensorflow as tf
 
 from keras_transformer.export import common
+from keras_transformer.models import BERTClassifier
 from keras_transformer.text import common as text_common
 
 
@@ -32,7 +33,7 @@ def export_classifier(
     (which registers the tokenizer and packing ops), not keras_transformer.
 
     Args:
-        model: a model from `kt.models.bert_classifier`.
+        model: a `kt.models.BERTClassifier` (from `kt.models.bert_classifier`).
         tokenizer: a `kt.text` tokenizer with `[CLS]` and `[SEP]`. Its own
             `sequence_length`, if any, is ignored.
         path: the SavedModel directory to write.
@@ -55,11 +56,10 @@ def export_classifier(
     labels, probabilities = out["label"], out["probabilities"]
     ```
     """
-    embeddings = common.check_bert(
-        model, "export_classifier", "kt.models.bert_classifier", "classifier_logits"
-    )
+    common.check_model(model, BERTClassifier, "export_classifier")
+    backbone = model.backbone
     path = common.check_path(path, overwrite)
-    num_classes = model.output.shape[-1]
+    num_classes = model.num_classes
     if class_names is not None and (
         isinstance(class_names, str)
         or not hasattr(class_names, "__len__")
@@ -71,9 +71,9 @@ def export_classifier(
             f"class of the model. Received: class_names={class_names!r}"
         )
     sequence_length = common.check_sequence_length(
-        sequence_length, embeddings.sequence_length, minimum=3
+        sequence_length, backbone.max_sequence_length, minimum=3
     )
-    common.check_tokenizer(tokenizer, "tokenizer", embeddings.vocabulary_size)
+    common.check_tokenizer(tokenizer, "tokenizer", backbone.vocabulary_size)
     cls_id = text_common.special_token_id(tokenizer, text_common.CLS, "classification")
     sep_id = text_common.special_token_id(tokenizer, text_common.SEP, "classification")
     tokenizer = common.without_sequence_length(tokenizer)

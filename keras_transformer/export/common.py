@@ -10,11 +10,9 @@ import uuid
 import keras
 import tensorflow as tf
 
-from keras_transformer.generation import decode
+from keras_transformer import _validation as validation
 from keras_transformer.text.packing import pack_segments
 from keras_transformer.text.tokenizer import Tokenizer
-
-BERT_INPUTS = {"token_ids", "segment_ids", "padding_mask"}
 
 
 def check_path(path, overwrite):
@@ -24,7 +22,7 @@ def check_path(path, overwrite):
             "`path` must be a directory path (str or os.PathLike). "
             f"Received: path={path!r}"
         )
-    check_bool("overwrite", overwrite)
+    validation.check_bool("overwrite", overwrite)
     path = os.path.abspath(os.fspath(path))
     taken = os.path.lexists(path) and not (
         os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path)
@@ -37,52 +35,19 @@ def check_path(path, overwrite):
     return path
 
 
-def check_bool(name, value):
-    if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
-
-
-def check_family(model, family, exporter):
-    """The named layers of a `gpt2` or `seq2seq` model, else a ValueError."""
-    found = None
-    if isinstance(model, keras.Model):
-        try:
-            found, layers = decode._family(model)
-        except ValueError:
-            pass
-    if found != family:
+def check_model(model, classes, exporter):
+    """Raises a ValueError unless `model` is an instance of `classes`."""
+    if not isinstance(model, classes):
+        classes = classes if isinstance(classes, tuple) else (classes,)
+        names = " or ".join(f"kt.models.{c.__name__}" for c in classes)
         raise ValueError(
-            f"`{exporter}` needs a model built by kt.models.{family}. "
-            f"Received: model={_describe(model)}"
+            f"`{exporter}` needs a {names}. Received: model={_describe(model)}"
         )
-    return layers
-
-
-def check_bert(model, exporter, builder, outputs):
-    """The token embedding layer of a BERT model, else a ValueError.
-
-    `outputs` is the set of the model's output names, or the name of the
-    layer giving its one output tensor.
-    """
-    ok = isinstance(model, keras.Model)
-    names = {layer.name for layer in model.layers} if ok else set()
-    ok = ok and isinstance(model.input, dict) and set(model.input) == BERT_INPUTS
-    ok = ok and "embeddings" in names
-    if ok and isinstance(outputs, set):
-        ok = isinstance(model.output, dict) and set(model.output) == outputs
-    elif ok:
-        ok = not isinstance(model.output, dict) and outputs in names
-    if not ok:
-        raise ValueError(
-            f"`{exporter}` needs a model built by {builder}. "
-            f"Received: model={_describe(model)}"
-        )
-    return model.get_layer("embeddings")
 
 
 def _describe(model):
     if isinstance(model, keras.Model):
-        return f"a keras.Model named {model.name!r}"
+        return f"a {type(model).__name__} named {model.name!r}"
     return repr(model)
 
 

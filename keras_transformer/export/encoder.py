@@ -6,11 +6,10 @@ Shape legend: B batch, T sequence length, E hidden size.
 import tensorflow as tf
 
 from keras_transformer.export import common
-from keras_transformer.models.bert import bert_feature_extractor
+from keras_transformer.models import BERT, BERTFeatureExtractor
 from keras_transformer.text import common as text_common
 
-BACKBONE_OUTPUTS = {"sequence_output", "pooled_output"}
-FEATURE_OUTPUTS = {"pooled_output", "mean_pooled_output"}
+FEATURE_OUTPUTS = ("pooled_output", "mean_pooled_output")
 
 
 def export_encoder(model, tokenizer, path, sequence_length=None, overwrite=False):
@@ -19,7 +18,7 @@ def export_encoder(model, tokenizer, path, sequence_length=None, overwrite=False
     The SavedModel has one signature, `encode` (also `serving_default`):
     `text` string `(B,)` -> `{"pooled_output": float32 (B, E),
     "mean_pooled_output": float32 (B, E)}`, the outputs of
-    `kt.models.bert_feature_extractor` (the tanh-pooled `[CLS]` vector, and
+    `kt.models.BERTFeatureExtractor` (the tanh-pooled `[CLS]` vector, and
     the mean of the last hidden states over real tokens, `[CLS]` and `[SEP]`
     included).
 
@@ -31,8 +30,8 @@ def export_encoder(model, tokenizer, path, sequence_length=None, overwrite=False
     (which registers the tokenizer and packing ops), not keras_transformer.
 
     Args:
-        model: a `kt.models.bert` backbone or a
-            `kt.models.bert_feature_extractor` model.
+        model: a `kt.models.BERT` backbone or a
+            `kt.models.BERTFeatureExtractor`.
         tokenizer: a `kt.text` tokenizer with `[CLS]` and `[SEP]`. Its own
             `sequence_length`, if any, is ignored.
         path: the SavedModel directory to write.
@@ -54,26 +53,24 @@ def export_encoder(model, tokenizer, path, sequence_length=None, overwrite=False
     embeddings = out["mean_pooled_output"]  # float32 (batch, hidden)
     ```
     """
-    builder = "kt.models.bert or kt.models.bert_feature_extractor"
-    try:
-        embeddings = common.check_bert(
-            model, "export_encoder", builder, BACKBONE_OUTPUTS
-        )
-        backbone = True
-    except ValueError:
-        embeddings = common.check_bert(
-            model, "export_encoder", builder, FEATURE_OUTPUTS
-        )
-        backbone = False
+    common.check_model(model, (BERT, BERTFeatureExtractor), "export_encoder")
+    if isinstance(model, BERTFeatureExtractor):
+        backbone = model.backbone
+    else:
+        backbone = model
     path = common.check_path(path, overwrite)
     sequence_length = common.check_sequence_length(
-        sequence_length, embeddings.sequence_length, minimum=2
+        sequence_length, backbone.max_sequence_length, minimum=2
     )
-    common.check_tokenizer(tokenizer, "tokenizer", embeddings.vocabulary_size)
+    common.check_tokenizer(tokenizer, "tokenizer", backbone.vocabulary_size)
     cls_id = text_common.special_token_id(tokenizer, text_common.CLS, "encoding")
     sep_id = text_common.special_token_id(tokenizer, text_common.SEP, "encoding")
     tokenizer = common.without_sequence_length(tokenizer)
-    extractor = bert_feature_extractor(model) if backbone else model
+    extractor = (
+        model
+        if isinstance(model, BERTFeatureExtractor)
+        else BERTFeatureExtractor(model)
+    )
 
     @tf.function(input_signature=[common.string_spec("text")])
     def encode(text):

@@ -5,13 +5,15 @@ Shape legend: B batch, L the model's max_sequence_length (the fixed buffer).
 
 import tensorflow as tf
 
+from keras_transformer import _validation as validation
 from keras_transformer.export import common
-from keras_transformer.generation.decode import _decode_body
+from keras_transformer.generation import decode_function
 from keras_transformer.generation.samplers import (
     GreedySampler,
     Sampler,
     TemperatureSampler,
 )
+from keras_transformer.models import CausalLM
 
 
 def export_text_generator(
@@ -54,7 +56,8 @@ def export_text_generator(
     keras_transformer.
 
     Args:
-        model: a model from `kt.models.gpt2` (or loaded from a `.keras` file).
+        model: a `kt.models.GPT2` (or any `kt.models.CausalLM`), built by
+            `kt.models.gpt2` or loaded from a `.keras` file.
         tokenizer: a `kt.text` tokenizer whose ids the model was trained on.
             Its own `sequence_length`, if any, is ignored.
         path: the SavedModel directory to write.
@@ -84,9 +87,8 @@ def export_text_generator(
     text = out["text"].numpy()[0].decode()  # the prompt and its continuation
     ```
     """
-    layers = common.check_family(model, "gpt2", "export_text_generator")
-    embeddings = layers["embeddings"]
-    limit = embeddings.sequence_length  # L
+    common.check_model(model, CausalLM, "export_text_generator")
+    limit = model.max_sequence_length  # L
     path = common.check_path(path, overwrite)
     if max_new_tokens is None:
         max_new_tokens = limit - 1
@@ -100,8 +102,8 @@ def export_text_generator(
             f"(the model's max_sequence_length is {limit}, and a prompt needs "
             f"at least one token). Received: max_new_tokens={max_new_tokens!r}"
         )
-    common.check_bool("jit_compile", jit_compile)
-    common.check_tokenizer(tokenizer, "tokenizer", embeddings.vocabulary_size)
+    validation.check_bool("jit_compile", jit_compile)
+    common.check_tokenizer(tokenizer, "tokenizer", model.vocabulary_size)
     end_id = common.token_id(tokenizer, "end_token", end_token, allow_none=True)
     tokenizer = common.without_sequence_length(tokenizer)
     # An empty prompt's first token: the end token, or any id if there is none
@@ -113,7 +115,7 @@ def export_text_generator(
         batch = tf.shape(tokens)[0]
         source = tf.zeros([batch, 1], tf.int32)  # unused by a decoder-only model
         end_token_id = tf.constant(-1 if end_id is None else end_id, tf.int32)
-        body = _decode_body(model, _RequestSampler(temperature), use_cache=True)
+        body = decode_function(model, _RequestSampler(temperature))
         return body(tokens, source, start, stop, end_token_id, seed)
 
     decode = tf.function(decode, jit_compile=jit_compile)

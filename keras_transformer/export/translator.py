@@ -6,10 +6,11 @@ max_sequence_length, fixed).
 
 import tensorflow as tf
 
+from keras_transformer import _validation as validation
 from keras_transformer.export import common
-from keras_transformer.generation.decode import _decode_body
+from keras_transformer.generation import decode_function
 from keras_transformer.generation.samplers import BeamSampler, GreedySampler
-from keras_transformer.layers import validation
+from keras_transformer.models import Seq2SeqLM
 
 
 def export_translator(
@@ -43,7 +44,8 @@ def export_translator(
     (which registers the tokenizer ops), not keras_transformer.
 
     Args:
-        model: a model from `kt.models.seq2seq` (or loaded from a `.keras` file).
+        model: a `kt.models.Seq2Seq` (or any `kt.models.Seq2SeqLM`), built by
+            `kt.models.seq2seq` or loaded from a `.keras` file.
         source_tokenizer: the `kt.text` tokenizer of the source language.
         target_tokenizer: the `kt.text` tokenizer of the target language (it
             may be the same object); it needs `start_token` and `end_token`.
@@ -72,9 +74,8 @@ def export_translator(
     translation = out["translation"].numpy()[0].decode()
     ```
     """
-    layers = common.check_family(model, "seq2seq", "export_translator")
-    source_limit = layers["encoder_embeddings"].sequence_length  # S
-    limit = layers["decoder_embeddings"].sequence_length  # T
+    common.check_model(model, Seq2SeqLM, "export_translator")
+    source_limit = limit = model.max_sequence_length  # S and T
     path = common.check_path(path, overwrite)
     if max_new_tokens is None:
         max_new_tokens = limit - 1
@@ -94,27 +95,25 @@ def export_translator(
             "`length_penalty` must be a number. "
             f"Received: length_penalty={length_penalty!r}"
         )
-    common.check_bool("jit_compile", jit_compile)
+    validation.check_bool("jit_compile", jit_compile)
     sampler = (
         GreedySampler() if num_beams == 1 else BeamSampler(num_beams, length_penalty)
     )
     common.check_tokenizer(
         source_tokenizer,
         "source_tokenizer",
-        layers["encoder_embeddings"].vocabulary_size,
+        model.encoder_vocabulary_size,
     )
     common.check_tokenizer(
         target_tokenizer,
         "target_tokenizer",
-        layers["decoder_embeddings"].vocabulary_size,
+        model.decoder_vocabulary_size,
     )
     start_id = common.token_id(target_tokenizer, "start_token", start_token)
     end_id = common.token_id(target_tokenizer, "end_token", end_token)
     source_tokenizer = common.without_sequence_length(source_tokenizer)
     target_tokenizer = common.without_sequence_length(target_tokenizer)
-    decode = tf.function(
-        _decode_body(model, sampler, use_cache=True), jit_compile=jit_compile
-    )
+    decode = tf.function(decode_function(model, sampler), jit_compile=jit_compile)
 
     @tf.function(input_signature=[common.string_spec("sentences")])
     def translate(sentences):

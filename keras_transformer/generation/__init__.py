@@ -1,6 +1,10 @@
 """Autoregressive generation with a compiled KV cache, and its samplers."""
 
-from keras_transformer.generation.decode import compiled_decode_fn, generate
+from keras_transformer.generation.decode import (
+    compiled_decode_fn,
+    decode_function,
+    generate,
+)
 from keras_transformer.generation.samplers import (
     BeamSampler,
     GreedySampler,
@@ -19,6 +23,7 @@ __all__ = [
     "TopKSampler",
     "TopPSampler",
     "compiled_decode_fn",
+    "decode_function",
     "generate",
     "get_sampler",
 ]

@@ -2,27 +2,26 @@
 
 The prompt runs through the model once to fill every block's cache; then a
 `tf.while_loop` of one-token steps, compiled with XLA, writes each new
-token's keys and values into the cache at its index. The cached step calls the
-same layers through the same forward function as the model itself
-(`gpt2_forward`, `seq2seq_decode`). Compiled loops are kept per model and
-sampler and retrace only for a new batch size or length bucket.
+token's keys and values into the cache at its index. The model is asked for
+each step through the protocol of `kt.models.CausalLM` / `kt.models.Seq2SeqLM`
+(`start_decoding`, `next_logits`), which call the same layers through the
+same forward pass as the model itself. `decode_function` builds that loop
+for `generate` and for every exporter; `compiled_decode_fn` keeps one
+compiled copy per model and sampler, which retraces only for a new batch
+size or length bucket.
 
 Shape legend: B batch, P prompt length, L buffer length (a bucket >= P +
-max_new_tokens), S source length, H heads, D head size.
+max_new_tokens), S source length.
 """
 
 import weakref
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from keras_transformer.generation.samplers import BeamSampler, get_sampler
-from keras_transformer.models.gpt import gpt2_forward, gpt2_layers
-from keras_transformer.models.seq2seq import (
-    seq2seq_decode,
-    seq2seq_encode,
-    seq2seq_layers,
-)
+from keras_transformer.models.generative import CausalLM, Seq2SeqLM
 
 BUCKET = 32  # buffer and source lengths are rounded up to a multiple of this
 
@@ -39,11 +38,16 @@ def generate(
     seed=None,
     **sampler_args,
 ):
-    """Generates tokens with a `gpt2` or `seq2seq` model.
+    """Generates tokens with a `GPT2` or `Seq2Seq` model.
+
+    Every argument is checked before any work: ids outside the model's
+    vocabulary raise a ValueError naming the id (an embedding lookup under
+    XLA would silently clamp them).
 
     Args:
-        model: a model from `kt.models.gpt2` or `kt.models.seq2seq` (or one
-            loaded from a `.keras` file).
+        model: a `kt.models.GPT2` or `kt.models.Seq2Seq` (built by
+            `kt.models.gpt2` / `seq2seq` or loaded from a `.keras` file), or
+            any `kt.models.CausalLM` / `Seq2SeqLM`.
         inputs: GPT: int token ids `(B, P)`, 0-padded on the right (prompts of
             different lengths are fine; each needs at least one token).
             seq2seq: `{"encoder_token_ids": (B, S), "decoder_token_ids":
@@ -69,6 +73,7 @@ def generate(
         >>> kt.generation.generate(model, np.array([[5, 6, 7]]), max_new_tokens=4).shape
         (1, 7)
     """
+    check_generative(model, "model")
     sampler = get_sampler(sampler, **sampler_args)
     if isinstance(max_new_tokens, bool) or not isinstance(
         max_new_tokens, int | np.integer
@@ -80,31 +85,22 @@ def generate(
         raise ValueError(
             f"`max_new_tokens` must be >= 0. Received: max_new_tokens={max_new_tokens}"
         )
-    family, layers = _family(model)
-    source = None
-    if family == "seq2seq":
-        if not isinstance(inputs, dict) or set(inputs) != {
-            "encoder_token_ids",
-            "decoder_token_ids",
-        }:
-            raise ValueError(
-                "For a seq2seq model, `inputs` must be a dict with 'encoder_token_ids' "
-                f"and 'decoder_token_ids'. Received: {type(inputs).__name__}"
-            )
-        source = _as_ids("inputs['encoder_token_ids']", inputs["encoder_token_ids"])
-        prompt = _as_ids("inputs['decoder_token_ids']", inputs["decoder_token_ids"])
-        embeddings = layers["decoder_embeddings"]
-    else:
-        prompt = _as_ids("inputs", inputs)
-        embeddings = layers["embeddings"]
+    prompt, source = model.generation_inputs(inputs)
+    if end_token_id is not None:
+        _check_end_token_id(end_token_id, model)
     batch, prompt_length = prompt.shape
-    limit = embeddings.sequence_length
+    limit = model.max_sequence_length
     total = prompt_length + max_new_tokens
     if total > limit:
         raise ValueError(
             f"The prompt length ({prompt_length}) plus "
             f"`max_new_tokens` ({max_new_tokens}) "
             f"is {total}, beyond the model's max_sequence_length ({limit})."
+        )
+    if source is not None and source.shape[1] > limit:
+        raise ValueError(
+            f"`inputs['encoder_token_ids']` has length {source.shape[1]}, beyond "
+            f"the model's max_sequence_length ({limit})."
         )
     lengths = np.sum(prompt != 0, axis=1)
     if np.any(lengths == 0):
@@ -133,101 +129,49 @@ def generate(
 
 
 def compiled_decode_fn(model, sampler, use_cache=True):
-    """The XLA-compiled decode function for `model` and `sampler`, built once.
-
-    It takes `(tokens (B, L), source (B, S), start, stop, end_token_id,
-    seed (2,))` and returns the filled `(B, L)` tokens; exports reuse it.
-    """
+    """`decode_function(model, sampler, use_cache)` as an XLA-compiled
+    `tf.function`, built once per model and sampler and reused by `generate`."""
     functions = _COMPILED.setdefault(model, {})
     key = (sampler.config(), use_cache)
     if key not in functions:
         functions[key] = tf.function(
-            _decode_body(model, sampler, use_cache),
+            decode_function(model, sampler, use_cache),
             jit_compile=True,
             reduce_retracing=False,
         )
     return functions[key]
 
 
-def _decode_body(model, sampler, use_cache):
-    family, layers = _family(model)
-    beams = sampler.num_beams if isinstance(sampler, BeamSampler) else 1
-    blocks = layers["blocks"] if family == "gpt2" else layers["decoder_blocks"]
+def decode_function(model, sampler, use_cache=True):
+    """The decode loop of `model` with `sampler`, as traceable graph code.
 
-    def empty_caches(tokens):
-        caches = []
-        for block in blocks:
-            attention = block.self_attention_layer
-            shape = (
-                tf.shape(tokens)[0],
-                2,
-                tf.shape(tokens)[1],
-                attention.num_heads,
-                attention.key_dim,
-            )
-            caches.append(tf.zeros(shape, attention.compute_dtype))
-        return caches
+    `generate` compiles it (`compiled_decode_fn`); the exporters trace it
+    into their SavedModels, with or without XLA.
+
+    Args:
+        model: a `kt.models.CausalLM` or `kt.models.Seq2SeqLM` (e.g. `GPT2`,
+            `Seq2Seq`).
+        sampler: a `kt.generation.Sampler`.
+        use_cache: decode with the KV cache (False recomputes the prefix).
+
+    Returns:
+        A function `(tokens (B, L), source (B, S), start, stop, end_token_id,
+        seed (2,)) -> tokens (B, L)` that fills `tokens[:, start:stop]`;
+        `source` is ignored by a decoder-only model, `end_token_id` is -1 for
+        none.
+    """
+    check_generative(model, "model")
+    beams = sampler.num_beams if isinstance(sampler, BeamSampler) else 1
+
+    def next_fn(tokens, state, index):
+        return model.next_logits(tokens, state, index, use_cache)
 
     def decode(tokens, source, start, stop, end_token_id, seed):
         if beams > 1:
-            tokens, source = (
-                tf.repeat(tokens, beams, axis=0),
-                tf.repeat(source, beams, axis=0),
-            )
+            tokens = tf.repeat(tokens, beams, axis=0)
+            source = tf.repeat(source, beams, axis=0)
         prompt_mask = tokens != 0
-        if family == "gpt2":
-            if use_cache:
-                _, state = gpt2_forward(
-                    layers, tokens, empty_caches(tokens), 0
-                )  # prefill
-
-                def next_fn(tokens, caches, index):
-                    step = tokens[:, index - 1][:, None]  # (B, 1)
-                    logits, caches = gpt2_forward(layers, step, caches, index - 1)
-                    return logits[:, 0], caches
-            else:
-                state = ()
-
-                def next_fn(tokens, state, index):
-                    logits, _ = gpt2_forward(layers, tokens)
-                    return logits[:, index - 1], state
-        else:
-            context = seq2seq_encode(layers, source)
-            context_mask = source != 0
-            if use_cache:
-                cross = [
-                    block.compute_cross_attention_cache(context) for block in blocks
-                ]
-                _, caches = seq2seq_decode(
-                    layers,
-                    tokens,
-                    caches=empty_caches(tokens),
-                    index=0,
-                    cross_caches=cross,
-                    context_padding_mask=context_mask,
-                )
-                state = (caches, cross, context_mask)
-
-                def next_fn(tokens, state, index):
-                    caches, cross, context_mask = state
-                    logits, caches = seq2seq_decode(
-                        layers,
-                        tokens[:, index - 1][:, None],
-                        caches=caches,
-                        index=index - 1,
-                        cross_caches=cross,
-                        context_padding_mask=context_mask,
-                    )
-                    return logits[:, 0], (caches, cross, context_mask)
-            else:
-                state = (context, context_mask)
-
-                def next_fn(tokens, state, index):
-                    logits, _ = seq2seq_decode(
-                        layers, tokens, state[0], context_padding_mask=state[1]
-                    )
-                    return logits[:, index - 1], state
-
+        state = model.start_decoding(tokens, source, use_cache)
         return sampler(
             next_fn, tokens, state, start, stop, prompt_mask, end_token_id, seed
         )
@@ -235,26 +179,38 @@ def _decode_body(model, sampler, use_cache):
     return decode
 
 
-def _family(model):
-    names = {layer.name for layer in model.layers}
-    if "encoder_layer_0" in names:
-        return "seq2seq", seq2seq_layers(model)
-    if "transformer_layer_0" in names and "final_layer_norm" in names:
-        return "gpt2", gpt2_layers(model)
-    raise ValueError(
-        "`model` must be built by kt.models.gpt2 or kt.models.seq2seq. "
-        f"Received: a model named {model.name!r}"
-    )
-
-
-def _as_ids(name, ids):
-    ids = np.asarray(ids)
-    if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+def check_generative(model, name):
+    """Raises a ValueError unless `model` can be decoded with."""
+    if not isinstance(model, CausalLM | Seq2SeqLM):
         raise ValueError(
-            f"`{name}` must be int token ids of shape (batch, length). "
-            f"Received: dtype {ids.dtype}, shape {ids.shape}"
+            f"`{name}` must be a kt.models.CausalLM (such as kt.models.GPT2) or a "
+            f"kt.models.Seq2SeqLM (such as kt.models.Seq2Seq). Received: "
+            f"{name}={_describe(model)}"
         )
-    return ids.astype("int32")
+
+
+def _check_end_token_id(end_token_id, model):
+    vocabulary_size = (
+        model.vocabulary_size
+        if isinstance(model, CausalLM)
+        else model.decoder_vocabulary_size
+    )
+    if (
+        isinstance(end_token_id, bool)
+        or not isinstance(end_token_id, int | np.integer)
+        or not 0 < end_token_id < vocabulary_size
+    ):
+        raise ValueError(
+            f"`end_token_id` must be an integer in [1, {vocabulary_size}) (the "
+            "model's vocabulary; 0 is padding). "
+            f"Received: end_token_id={end_token_id!r}"
+        )
+
+
+def _describe(model):
+    if isinstance(model, keras.Model):
+        return f"a {type(model).__name__} named {model.name!r}"
+    return repr(model)
 
 
 def _pad(ids, length):

@@ -11,7 +11,7 @@ Shape legend: B batch, L token buffer length, V vocabulary, K beams.
 
 import tensorflow as tf
 
-from keras_transformer.layers import validation
+from keras_transformer import _validation as validation
 
 
 def _check_temperature(temperature):
@@ -262,6 +262,7 @@ SAMPLERS = {
     "top_p": TopPSampler,
     "beam": BeamSampler,
 }
+
 
 def get_sampler(sampler, **sampler_args):
     """A sampler instance from a name (and its arguments) or an instance."""

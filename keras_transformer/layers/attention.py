@@ -9,7 +9,7 @@ import math
 import keras
 from keras import ops
 
-from keras_transformer.layers import validation
+from keras_transformer import _validation as validation
 from keras_transformer.layers.masking import (
     causal_mask,
     keras_mask,

@@ -1,23 +1,51 @@
-"""What encoder and decoder blocks share: arguments, the residual wiring
-(post-LN or pre-LN) and the position-wise feed-forward network.
+"""What encoder and decoder blocks share: arguments, input checks, the
+padding mask, the residual wiring (post-LN or pre-LN) and the position-wise
+feed-forward network.
 
 Shape legend: B batch, T sequence length, E hidden size, F intermediate size.
 """
 
 import keras
 
-from keras_transformer.layers import validation
+from keras_transformer import _validation as validation
 from keras_transformer.layers.attention import MultiHeadAttention
+
+
+def padding_attention_mask(padding_mask):
+    """`(B, T)` padding -> `(B, T, T)`: real queries attend to real keys only.
+
+    Padded queries get an all-False row (zero attention), so an explicit
+    `padding_mask` and a Keras mask from `mask_zero` give identical numbers.
+    """
+    if padding_mask is None:
+        return None
+    padding_mask = keras.ops.cast(padding_mask, "bool")
+    return keras.ops.logical_and(padding_mask[:, :, None], padding_mask[:, None, :])
+
+
+def check_block_inputs(inputs, padding_mask=None, attention_mask=None):
+    """Validates the ranks and mask shapes every block call receives."""
+    validation.check_rank("inputs", inputs.shape, 3)
+    batch, length = inputs.shape[0], inputs.shape[1]
+    if padding_mask is not None:
+        validation.check_mask_shape("padding_mask", padding_mask.shape, (batch, length))
+    if attention_mask is not None:
+        validation.check_mask_shape(
+            "attention_mask", attention_mask.shape, (batch, length, length)
+        )
 
 
 class TransformerBlockBase(keras.layers.Layer):
     """Base of `TransformerEncoderBlock` and `TransformerDecoderBlock`.
 
     Not a public layer: it holds the arguments both blocks take, builds
-    their named sublayers and applies one residual sub-block:
+    their named sublayers and wires one residual sub-block `f` as
 
     - post-LN (`normalize_first=False`, the paper): `norm(x + drop(f(x)))`
     - pre-LN (`normalize_first=True`, GPT-2): `x + drop(f(norm(x)))`
+
+    with `_sublayer_input(x, norm)` before `f` and `_residual(x, f(...),
+    norm, dropout)` after it.
     """
 
     def __init__(
@@ -120,23 +148,21 @@ class TransformerBlockBase(keras.layers.Layer):
         norm.build(inputs_shape)
         return norm
 
-    def _residual(self, x, sublayer, norm, dropout, training):
-        """One residual sub-block; `sublayer` maps `(B, T, E)` to `(B, T, E)`."""
+    def _sublayer_input(self, x, norm):
+        """What a sub-block reads: `norm(x)` in pre-LN, `x` in post-LN."""
+        return norm(x) if self.normalize_first else x
+
+    def _residual(self, x, h, norm, dropout, training):
+        """Adds a sub-block's output `h` `(B, T, E)` back onto its input `x`."""
         if self.normalize_first:
-            return x + dropout(sublayer(norm(x)), training=training)
-        return norm(x + dropout(sublayer(x), training=training))
+            return x + dropout(h, training=training)
+        return norm(x + dropout(h, training=training))
 
     def _feedforward(self, x, training):
-        def feedforward(h):
-            return self.feedforward_output_dense(self.feedforward_intermediate_dense(h))
-
-        return self._residual(
-            x,
-            feedforward,
-            self.feedforward_layer_norm,
-            self.feedforward_dropout,
-            training,
-        )
+        norm = self.feedforward_layer_norm
+        h = self._sublayer_input(x, norm)
+        h = self.feedforward_output_dense(self.feedforward_intermediate_dense(h))
+        return self._residual(x, h, norm, self.feedforward_dropout, training)
 
     def get_config(self):
         config = super().get_config()

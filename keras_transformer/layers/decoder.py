@@ -7,9 +7,12 @@ E hidden size, H heads, D head size.
 import keras
 from keras import ops
 
-from keras_transformer.layers import validation
-from keras_transformer.layers.block import TransformerBlockBase
-from keras_transformer.layers.encoder import check_block_inputs, padding_attention_mask
+from keras_transformer import _validation as validation
+from keras_transformer.layers.block import (
+    TransformerBlockBase,
+    check_block_inputs,
+    padding_attention_mask,
+)
 from keras_transformer.layers.masking import causal_mask, keras_mask, merge_masks
 
 
@@ -55,8 +58,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
 
     Returns:
         `(B, T, E)`; with `self_attention_cache`, the tuple
-        `(outputs, self_attention_cache)`, plus `cross_attention_cache` when
-        `cross_attention=True`.
+        `(outputs, self_attention_cache)` with this call's keys and values
+        written in. A `cross_attention_cache` is only read, never returned.
 
     Examples:
         >>> import numpy as np
@@ -139,76 +142,70 @@ class TransformerDecoderBlock(TransformerBlockBase):
             )
         if padding_mask is None:
             padding_mask = keras_mask(inputs)
-        index = self_attention_cache_update_index
-        caches = {"self": self_attention_cache, "cross": cross_attention_cache}
 
-        def self_attention(h):
-            if not use_cache:
-                mask = merge_masks(
-                    padding_attention_mask(padding_mask),
-                    causal_mask(ops.shape(h)[1], ops.shape(h)[1]),
-                )
-                return self.self_attention_layer(
-                    h, attention_mask=mask, training=training
-                )
-            h, caches["self"] = self.self_attention_layer(
+        norm = self.self_attention_layer_norm
+        h = self._sublayer_input(inputs, norm)
+        if use_cache:
+            h, self_attention_cache = self.self_attention_layer(
                 h,
                 use_causal_mask=True,
                 training=training,
-                cache=caches["self"],
-                cache_update_index=0 if index is None else index,
-            )
-            return h
-
-        x = self._residual(
-            inputs,
-            self_attention,
-            self.self_attention_layer_norm,
-            self.self_attention_dropout,
-            training,
-        )
-        if self.cross_attention:
-            x = self._residual(
-                x,
-                lambda h: self._cross_attend(
-                    h, context, padding_mask, context_padding_mask, caches, training
+                cache=self_attention_cache,
+                cache_update_index=(
+                    0
+                    if self_attention_cache_update_index is None
+                    else self_attention_cache_update_index
                 ),
-                self.cross_attention_layer_norm,
-                self.cross_attention_dropout,
+            )
+        else:
+            length = ops.shape(h)[1]
+            mask = merge_masks(
+                padding_attention_mask(padding_mask), causal_mask(length, length)
+            )
+            h = self.self_attention_layer(h, attention_mask=mask, training=training)
+        x = self._residual(inputs, h, norm, self.self_attention_dropout, training)
+
+        if self.cross_attention:
+            norm = self.cross_attention_layer_norm
+            h = self._sublayer_input(x, norm)
+            h = self._cross_attend(
+                h,
+                context,
+                padding_mask,
+                context_padding_mask,
+                cross_attention_cache,
                 training,
             )
+            x = self._residual(x, h, norm, self.cross_attention_dropout, training)
+
         x = self._feedforward(x, training)
-        if not use_cache:
-            return x
-        if self.cross_attention:
-            return x, caches["self"], caches["cross"]
-        return x, caches["self"]
+        return (x, self_attention_cache) if use_cache else x
 
     def compute_cross_attention_cache(self, context):
         """Projects the encoder output once into the `(B, 2, S, H, D)` cache."""
         return self.cross_attention_layer.compute_cache(context)
 
     def _cross_attend(
-        self, h, context, padding_mask, context_padding_mask, caches, training
+        self, h, context, padding_mask, context_padding_mask, cache, training
     ):
         if context_padding_mask is None and context is not None:
             context_padding_mask = keras_mask(context)
-        if caches["cross"] is not None:
-            mask = None
-            if context_padding_mask is not None:
-                mask = ops.expand_dims(context_padding_mask, 1)  # (B, 1, S)
-            h, caches["cross"] = self.cross_attention_layer(
-                h, attention_mask=mask, cache=caches["cross"], training=training
-            )
-            return h
-        mask = merge_masks(
-            None if padding_mask is None else ops.expand_dims(padding_mask, -1),
+        key_mask = (
             None
             if context_padding_mask is None
-            else ops.expand_dims(context_padding_mask, 1),
+            else ops.expand_dims(context_padding_mask, 1)  # (B, 1, S)
         )
+        if cache is not None:
+            h, _ = self.cross_attention_layer(
+                h, attention_mask=key_mask, cache=cache, training=training
+            )
+            return h
+        query_mask = None if padding_mask is None else ops.expand_dims(padding_mask, -1)
         return self.cross_attention_layer(
-            h, context, attention_mask=mask, training=training
+            h,
+            context,
+            attention_mask=merge_masks(query_mask, key_mask),
+            training=training,
         )
 
     def get_config(self):

@@ -5,34 +5,13 @@ Shape legend: B batch, T sequence length, E hidden size.
 
 import keras
 
-from keras_transformer.layers import validation
-from keras_transformer.layers.block import TransformerBlockBase
+from keras_transformer import _validation as validation
+from keras_transformer.layers.block import (
+    TransformerBlockBase,
+    check_block_inputs,
+    padding_attention_mask,
+)
 from keras_transformer.layers.masking import keras_mask, merge_masks
-
-
-def padding_attention_mask(padding_mask):
-    """`(B, T)` padding -> `(B, T, T)`: real queries attend to real keys only.
-
-    Padded queries get an all-False row (zero attention), so an explicit
-    `padding_mask` and a Keras mask from `mask_zero` give identical numbers.
-    """
-    if padding_mask is None:
-        return None
-    padding_mask = keras.ops.cast(padding_mask, "bool")
-    return keras.ops.logical_and(padding_mask[:, :, None], padding_mask[:, None, :])
-
-
-def check_block_inputs(inputs, padding_mask=None, attention_mask=None, context=None):
-    """Validates the ranks and mask shapes every block call receives."""
-    validation.check_rank("inputs", inputs.shape, 3)
-    batch, length = inputs.shape[0], inputs.shape[1]
-    if padding_mask is not None:
-        validation.check_mask_shape("padding_mask", padding_mask.shape, (batch, length))
-    if attention_mask is not None:
-        key_length = length if context is None else context.shape[1]
-        validation.check_mask_shape(
-            "attention_mask", attention_mask.shape, (batch, length, key_length)
-        )
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -95,15 +74,8 @@ class TransformerEncoderBlock(TransformerBlockBase):
         if padding_mask is None:
             padding_mask = keras_mask(inputs)
         mask = merge_masks(padding_attention_mask(padding_mask), attention_mask)
-
-        def self_attention(h):
-            return self.self_attention_layer(h, attention_mask=mask, training=training)
-
-        x = self._residual(
-            inputs,
-            self_attention,
-            self.self_attention_layer_norm,
-            self.self_attention_dropout,
-            training,
-        )
+        norm = self.self_attention_layer_norm
+        h = self._sublayer_input(inputs, norm)
+        h = self.self_attention_layer(h, attention_mask=mask, training=training)
+        x = self._residual(inputs, h, norm, self.self_attention_dropout, training)
         return self._feedforward(x, training)

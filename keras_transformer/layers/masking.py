@@ -43,13 +43,6 @@ def merge_masks(*masks):
     return merged
 
 
-def padding_to_attention_mask(padding_mask):
-    """Key padding mask `(B, S)` -> attention mask `(B, 1, S)`."""
-    if padding_mask is None:
-        return None
-    return ops.expand_dims(ops.cast(padding_mask, "bool"), 1)
-
-
 def masked_softmax(scores, mask=None):
     """Softmax over the last axis in float32, exactly zero where `mask` is False.
 

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.layers import validation
+from keras_transformer import _validation as validation
 
 
 def sinusoidal_encoding(length, depth):

@@ -1,17 +1,36 @@
-"""Model factories: each returns a functional `keras.Model`."""
+"""Model classes (registered functional `keras.Model` subclasses), their
+factories and presets.
+
+Each family is one module: `bert.py` (`BERT` and its heads), `gpt.py`
+(`GPT2`), `seq2seq.py` (`Seq2Seq`). `generative.py` holds the small protocol
+(`CausalLM`, `Seq2SeqLM`) that generation and export decode through.
+"""
 
 from keras_transformer.models.bert import (
+    BERT,
+    BERTClassifier,
+    BERTFeatureExtractor,
+    BERTMaskedLM,
     bert,
     bert_classifier,
     bert_feature_extractor,
     bert_masked_lm,
 )
-from keras_transformer.models.gpt import gpt2
+from keras_transformer.models.generative import CausalLM, Seq2SeqLM
+from keras_transformer.models.gpt import GPT2, gpt2
 from keras_transformer.models.presets import PRESETS
-from keras_transformer.models.seq2seq import seq2seq
+from keras_transformer.models.seq2seq import Seq2Seq, seq2seq
 
 __all__ = [
+    "BERT",
+    "BERTClassifier",
+    "BERTFeatureExtractor",
+    "BERTMaskedLM",
+    "GPT2",
     "PRESETS",
+    "CausalLM",
+    "Seq2Seq",
+    "Seq2SeqLM",
     "bert",
     "bert_classifier",
     "bert_feature_extractor",

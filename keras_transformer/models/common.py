@@ -1,18 +1,28 @@
-"""Validation and initialization the three model factories share."""
+"""What every model class shares: size checks, the initializer, presets.
+
+A model class sets `family` (the presets' name for it, e.g. `"gpt2"`) and
+gets `from_preset`; `preset_factory` turns a thin factory function into one
+that also accepts a preset name.
+"""
+
+import functools
 
 import keras
 
-from keras_transformer.layers import validation
+from keras_transformer import _validation as validation
+from keras_transformer.models.presets import PRESETS
 
 
 def check_sizes(
     vocabulary_size,
+    *,
     num_layers,
     num_heads,
     hidden_dim,
     intermediate_dim,
     max_sequence_length,
     dropout,
+    vocabulary_name="vocabulary_size",
 ):
     """Raises a ValueError naming the first impossible size."""
     if (
@@ -21,8 +31,8 @@ def check_sizes(
         or (vocabulary_size < 2)
     ):
         raise ValueError(
-            "`vocabulary_size` must be an integer >= 2 (id 0 is padding). "
-            f"Received: vocabulary_size={vocabulary_size!r}"
+            f"`{vocabulary_name}` must be an integer >= 2 (id 0 is padding). "
+            f"Received: {vocabulary_name}={vocabulary_size!r}"
         )
     for name, value in [
         ("num_layers", num_layers),
@@ -43,3 +53,56 @@ def check_sizes(
 def normal_initializer(stddev=0.02):
     """BERT/GPT-2 initialize weights from N(0, 0.02²)."""
     return keras.initializers.TruncatedNormal(stddev=stddev)
+
+
+class PresetMixin:
+    """`from_preset` for a model class whose `family` names its presets."""
+
+    family = None
+
+    @classmethod
+    def presets(cls):
+        """The names of this class's presets."""
+        return sorted(
+            name for name, preset in PRESETS.items() if preset["family"] == cls.family
+        )
+
+    @classmethod
+    def from_preset(cls, name, **overrides):
+        """Builds the preset `name`; each override replaces exactly that value.
+
+        Args:
+            name: a preset name (see `kt.models.PRESETS`).
+            **overrides: constructor arguments that replace the preset's,
+                e.g. `dropout=0.0` or `max_sequence_length=128`.
+
+        Returns:
+            A new, randomly initialized model of this class.
+        """
+        known = cls.presets()
+        if name not in known:
+            raise ValueError(
+                f"Unknown {cls.family} preset {name!r}. "
+                f"Known presets: {', '.join(known)}"
+            )
+        return cls(**{**PRESETS[name]["config"], **overrides})
+
+
+def preset_factory(model_class):
+    """Lets a factory take a preset name as its first argument.
+
+    `factory("gpt2_tiny", dropout=0.0)` is `model_class.from_preset(...)`
+    with exactly the keyword arguments the caller wrote, so a factory's own
+    defaults never overwrite a preset's values.
+    """
+
+    def decorate(factory):
+        @functools.wraps(factory)
+        def wrapper(vocabulary_size, /, **kwargs):
+            if isinstance(vocabulary_size, str):
+                return model_class.from_preset(vocabulary_size, **kwargs)
+            return factory(vocabulary_size, **kwargs)
+
+        return wrapper
+
+    return decorate

@@ -7,7 +7,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_transformer.layers import validation
+from keras_transformer import _validation as validation
 
 
 class _RandomTokenChooser(tf_text.MaskValuesChooser):

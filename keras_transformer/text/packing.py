@@ -6,7 +6,7 @@ Shape legend: B batch, T sequence length, W windows.
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_transformer.layers import validation
+from keras_transformer import _validation as validation
 
 
 def as_ragged_ids(ids, name):

@@ -8,7 +8,7 @@ import math
 
 import tensorflow as tf
 
-from keras_transformer.layers import validation
+from keras_transformer import _validation as validation
 from keras_transformer.text import common
 from keras_transformer.text.masking import MaskedLMMaskGenerator
 from keras_transformer.text.packing import (

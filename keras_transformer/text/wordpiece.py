@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 import tensorflow_text as tf_text
 
-from keras_transformer.layers import validation
+from keras_transformer import _validation as validation
 from keras_transformer.text import common
 from keras_transformer.text.tokenizer import Tokenizer
 

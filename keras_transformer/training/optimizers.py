@@ -1,44 +1,70 @@
-"""AdamW that leaves biases, LayerNorm and embeddings out of weight decay."""
+"""AdamW that decays weight matrices and never vectors (biases, LayerNorm)."""
 
 import keras
-
-# Substrings of variable paths that are not decayed (BERT and GPT-2 practice).
-NO_DECAY = ("bias", "layer_norm", "embedding")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class AdamW(keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW` whose decay exclusions survive saving.
+    """`keras.optimizers.AdamW` that decides weight decay by the tensor's rank.
 
-    Variables whose path contains any of `exclude_from_decay` (by default
-    biases, LayerNorm scales/offsets and embeddings) are not weight-decayed.
+    Tensors of rank >= 2 (kernels, attention projections, embedding tables)
+    are weight-decayed; tensors of rank < 2 (biases, LayerNorm scales and
+    offsets) never are, whatever their layers are called. This is the rule
+    of GPT-2/nanoGPT and BERT practice: it follows from the data, so a
+    user's `LayerNormalization(name="ln")` is excluded as surely as ours.
+    Embedding tables are matrices and are decayed, as in nanoGPT and the
+    BERT reference (GPT-2 ties its output projection to one).
 
     Args:
         learning_rate: float or schedule.
         weight_decay: decoupled weight decay.
-        exclude_from_decay: substrings of variable paths not to decay.
+        exclude_from_decay: further substrings of variable paths (e.g.
+            `"gpt2/embeddings"`) or names not to decay; they survive saving.
         **kwargs: any other `keras.optimizers.AdamW` argument (`beta_2`,
             `clipnorm`, `global_clipnorm`, ...).
 
     Examples:
+        >>> import keras
         >>> import keras_transformer as kt
-        >>> optimizer = kt.training.AdamW(1e-3, weight_decay=0.1, beta_2=0.99)
-        >>> optimizer.get_config()["exclude_from_decay"]
-        ['bias', 'layer_norm', 'embedding']
+        >>> optimizer = kt.training.AdamW(1e-3, weight_decay=0.1)
+        >>> kernel = keras.Variable(keras.ops.ones((2, 2)), name="kernel")
+        >>> gamma = keras.Variable(keras.ops.ones((2,)), name="ln_gamma")
+        >>> optimizer.decays(kernel), optimizer.decays(gamma)
+        (True, False)
     """
 
     def __init__(
         self,
         learning_rate=0.001,
         weight_decay=0.01,
-        exclude_from_decay=NO_DECAY,
+        exclude_from_decay=(),
         **kwargs,
     ):
         super().__init__(
             learning_rate=learning_rate, weight_decay=weight_decay, **kwargs
         )
+        if isinstance(exclude_from_decay, str) or not all(
+            isinstance(item, str) for item in exclude_from_decay
+        ):
+            raise ValueError(
+                "`exclude_from_decay` must be a list of strings. "
+                f"Received: exclude_from_decay={exclude_from_decay!r}"
+            )
         self.exclude_from_decay = list(exclude_from_decay)
-        self.exclude_from_weight_decay(var_names=self.exclude_from_decay)
+
+    def decays(self, variable):
+        """Whether `variable` is weight-decayed (rank >= 2, not excluded)."""
+        path = getattr(variable, "path", variable.name)
+        return len(variable.shape) >= 2 and not any(
+            item in path for item in self.exclude_from_decay
+        )
+
+    def build(self, var_list):
+        # Before the optimizer's own build: Keras only takes exclusions then.
+        self.exclude_from_weight_decay(
+            var_list=[v for v in var_list if not self.decays(v)]
+        )
+        super().build(var_list)
 
     def get_config(self):
         return {**super().get_config(), "exclude_from_decay": self.exclude_from_decay}

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_transformer.layers import validation
+from keras_transformer import _validation as validation
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

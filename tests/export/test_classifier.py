@@ -31,7 +31,15 @@ TEXTS, PAIRS = make_texts(64, seed=0), make_texts(64, seed=1)
 
 def make_classifier():
     keras.utils.set_random_seed(0)
-    backbone = kt.models.bert(len(VOCAB), 1, 2, 16, 32, LENGTH, dropout=0)
+    backbone = kt.models.bert(
+        len(VOCAB),
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=LENGTH,
+        dropout=0,
+    )
     model = kt.models.bert_classifier(backbone, num_classes=3, dropout=0)
     return spread_weights(model, scale=1.0, layer_norms=False)
 
@@ -112,7 +120,14 @@ def test_bad_arguments(tmp_path):
     tokenizer = kt.text.WordPieceTokenizer(VOCAB)
     model = make_classifier()
     export = kt.export.export_classifier
-    backbone = kt.models.bert(len(VOCAB), 1, 2, 8, 16, LENGTH)
+    backbone = kt.models.bert(
+        len(VOCAB),
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=8,
+        intermediate_dim=16,
+        max_sequence_length=LENGTH,
+    )
     with pytest.raises(ValueError, match="bert_classifier.*model=.*'bert'"):
         export(backbone, tokenizer, tmp_path / "a")
     with pytest.raises(ValueError, match=r"class_names=\['a', 'b'\]"):

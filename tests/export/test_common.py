@@ -14,7 +14,15 @@ CORPUS = "abc"
 @pytest.fixture(scope="module")
 def model_and_tokenizer():
     tokenizer = kt.text.CharTokenizer(kt.text.build_char_vocabulary([CORPUS]))
-    model = kt.models.gpt2(tokenizer.vocabulary_size(), 1, 2, 8, 16, 8, dropout=0)
+    model = kt.models.gpt2(
+        tokenizer.vocabulary_size(),
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=8,
+        intermediate_dim=16,
+        max_sequence_length=8,
+        dropout=0,
+    )
     return model, tokenizer
 
 

@@ -17,7 +17,15 @@ NAMES = ["mean_pooled_output", "pooled_output"]
 def make_backbone(vocabulary_size=None):
     keras.utils.set_random_seed(0)
     vocabulary_size = vocabulary_size or len(VOCAB)
-    backbone = kt.models.bert(vocabulary_size, 1, 2, 16, 32, LENGTH, dropout=0)
+    backbone = kt.models.bert(
+        vocabulary_size,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=LENGTH,
+        dropout=0,
+    )
     return spread_weights(backbone, scale=1.0, layer_norms=False)
 
 

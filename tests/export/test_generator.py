@@ -55,7 +55,13 @@ def served(tmp_path_factory):
     keras.utils.set_random_seed(0)
     tokenizer = kt.text.CharTokenizer(kt.text.build_char_vocabulary([CORPUS]))
     model = kt.models.gpt2(
-        tokenizer.vocabulary_size(), 2, 2, 16, 32, max_sequence_length=LIMIT, dropout=0
+        tokenizer.vocabulary_size(),
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=LIMIT,
+        dropout=0,
     )
     spread_weights(model)
     folder = tmp_path_factory.mktemp("generator")
@@ -188,7 +194,14 @@ def test_without_xla_and_without_end_token(served, tmp_path):
 def test_bad_arguments(served, tmp_path):
     model, tokenizer, _, _ = served
     export = kt.export.export_text_generator
-    seq2seq = kt.models.seq2seq(40, 1, 2, 8, 16, max_sequence_length=8)
+    seq2seq = kt.models.seq2seq(
+        40,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=8,
+        intermediate_dim=16,
+        max_sequence_length=8,
+    )
     with pytest.raises(ValueError, match="kt.models.gpt2.*model=.*'seq2seq'"):
         export(seq2seq, tokenizer, tmp_path / "a")
     for bad in (0, -2, LIMIT, 2.5, True):

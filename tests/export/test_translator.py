@@ -38,10 +38,10 @@ def make_model(source, target):
     keras.utils.set_random_seed(0)
     model = kt.models.seq2seq(
         source.vocabulary_size(),
-        1,
-        2,
-        16,
-        32,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
         max_sequence_length=LIMIT,
         dropout=0,
         target_vocabulary_size=target.vocabulary_size(),
@@ -124,7 +124,14 @@ def test_bad_arguments(tmp_path):
     source, target = tokenizers()
     model = make_model(source, target)
     export = kt.export.export_translator
-    gpt = kt.models.gpt2(40, 1, 2, 8, 16, max_sequence_length=8)
+    gpt = kt.models.gpt2(
+        40,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=8,
+        intermediate_dim=16,
+        max_sequence_length=8,
+    )
     with pytest.raises(ValueError, match="kt.models.seq2seq.*model=.*'gpt2'"):
         export(gpt, source, target, tmp_path / "a")
     for bad in (0, LIMIT, "5"):

@@ -10,14 +10,30 @@ from tests.helpers import spread_weights
 def gpt():
     keras.utils.set_random_seed(0)
     return spread_weights(
-        kt.models.gpt2(40, 2, 2, 16, 32, max_sequence_length=48, dropout=0.0)
+        kt.models.gpt2(
+            40,
+            num_layers=2,
+            num_heads=2,
+            hidden_dim=16,
+            intermediate_dim=32,
+            max_sequence_length=48,
+            dropout=0.0,
+        )
     )
 
 
 @pytest.fixture(scope="module")
 def translator():
     keras.utils.set_random_seed(0)
-    model = kt.models.seq2seq(40, 2, 2, 16, 32, max_sequence_length=48, dropout=0.0)
+    model = kt.models.seq2seq(
+        40,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=48,
+        dropout=0.0,
+    )
     return spread_weights(model, scale=0.2)
 
 

@@ -90,9 +90,11 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="Unknown gpt2 preset 'gpt3'.*gpt2_small"):
         kt.models.gpt2("gpt3")
     with pytest.raises(ValueError, match="vocabulary_size=1"):
-        kt.models.gpt2(1, 1, 2, 8, 16)
+        kt.models.gpt2(1, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16)
     with pytest.raises(ValueError, match="hidden_dim=10, num_heads=4"):
-        kt.models.gpt2(10, 1, 4, 10, 16)
+        kt.models.gpt2(
+            10, num_layers=1, num_heads=4, hidden_dim=10, intermediate_dim=16
+        )
     with pytest.raises(ValueError, match="num_layers=None"):
         kt.models.gpt2(10)
     model = tiny_gpt()

@@ -32,7 +32,14 @@ def test_gpu_train_benchmark_smoke_prints_tokens_per_second_and_mfu():
     mfu = number(r"^MFU: ([\d.e+-]+)% of 989 TFLOP/s$", out) / 100
     flops_per_token = number(r"^FLOPs/token: (\d+) ", out)
     # The smoke model: 2 layers, hidden 64, context 64, vocabulary 256.
-    smoke = kt.models.gpt2(256, 2, 2, 64, 256, max_sequence_length=64)
+    smoke = kt.models.gpt2(
+        256,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=64,
+        intermediate_dim=256,
+        max_sequence_length=64,
+    )
     matmul_parameters = smoke.count_params() - 64 * 64  # without positions
     assert flops_per_token == 6 * matmul_parameters + 12 * 2 * 64 * 64
     assert tokens_per_second > 0

@@ -29,12 +29,19 @@ def _split(items, held_out):
     return items[count:], items[:count]
 
 
-def train_gpt(lines, directory, steps=600, context=64, batch_size=32, verbose=1):
-    """A character-level GPT on `lines` (a list of strings)."""
+def train_gpt2(lines, directory, steps=600, context=64, batch_size=32, verbose=1):
+    """A character-level GPT-2 on `lines` (a list of strings)."""
     train_lines, test_lines = _split(lines, 0.1)
     vocabulary = text.build_char_vocabulary(train_lines)
     tokenizer = text.CharTokenizer(vocabulary)
-    model = models.gpt2(len(vocabulary), 2, 4, 96, 384, max_sequence_length=context)
+    model = models.gpt2(
+        len(vocabulary),
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=96,
+        intermediate_dim=384,
+        max_sequence_length=context,
+    )
     model.compile(
         optimizer=training.AdamW(
             training.warmup_cosine_decay(2e-3, steps // 10, steps, 2e-4),
@@ -71,7 +78,7 @@ def train_gpt(lines, directory, steps=600, context=64, batch_size=32, verbose=1)
         end_token_id=tokenizer.token_to_id("[END]"),
         seed=0,
     )
-    _save_common(directory, model, tokenizer, {"task": "gpt", "held_out_loss": loss})
+    _save_common(directory, model, tokenizer, {"task": "gpt2", "held_out_loss": loss})
     return {
         "held-out loss (nats per character)": loss,
         "uniform guess loss": float(np.log(len(vocabulary) - 1)),
@@ -105,7 +112,12 @@ def train_classifier(
         )
 
     backbone = models.bert(
-        len(vocabulary), 2, 4, 64, 256, max_sequence_length=sequence_length
+        len(vocabulary),
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=64,
+        intermediate_dim=256,
+        max_sequence_length=sequence_length,
     )
     model = models.bert_classifier(backbone, num_classes=len(class_names))
     model.compile(
@@ -133,7 +145,7 @@ def train_classifier(
         directory,
         model,
         tokenizer,
-        {"task": "classify", "class_names": class_names, "held_out_accuracy": accuracy},
+        {"task": "bert", "class_names": class_names, "held_out_accuracy": accuracy},
     )
     return {
         "held-out accuracy": float(accuracy),
@@ -165,10 +177,10 @@ def train_translator(
     target_length = _length([t for _, t in train_pairs], 1, max_sequence_length)
     model = models.seq2seq(
         len(vocabulary),
-        2,
-        4,
-        64,
-        256,
+        num_layers=2,
+        num_heads=4,
+        hidden_dim=64,
+        intermediate_dim=256,
         max_sequence_length=max(source_length, target_length),
         dropout=0.0,
     )
@@ -205,7 +217,7 @@ def train_translator(
     test = test_pairs[:256]
     outputs = translate(sentences=tf.constant([s for s, _ in test]))["translation"]
     predictions = [p.decode() for p in outputs.numpy()]
-    _save_common(directory, model, tokenizer, {"task": "translate"})
+    _save_common(directory, model, tokenizer, {"task": "seq2seq"})
     return {
         "held-out exact-match accuracy": float(
             np.mean([p == t for p, (_, t) in zip(predictions, test, strict=True)])

@@ -2,7 +2,7 @@
 
 import pytest
 
-from keras_transformer import datasets
+from keras_transformer.cli import datasets
 
 
 def test_number_words():

@@ -51,7 +51,7 @@ def number_pairs(count, seed=0, maximum=100_000):
     `count <= maximum`, so a held-out slice holds numbers never trained on.
 
     Examples:
-        >>> from keras_transformer import datasets
+        >>> from keras_transformer.cli import datasets
         >>> datasets.number_pairs(2, seed=1, maximum=1000)
         [('four hundred seventy two', '472'), ('five hundred eleven', '511')]
     """

@@ -1,5 +1,6 @@
-"""Argument checks shared by the layers: each raises a ValueError that names
-the argument and quotes the value received, before any work is done."""
+"""Argument checks that every subpackage shares (layers, models, text,
+training, generation, export): each raises a ValueError that names the
+argument and quotes the value received, before any work is done."""
 
 
 def check_positive_int(name, value, allow_none=False):
@@ -9,6 +10,11 @@ def check_positive_int(name, value, allow_none=False):
         raise ValueError(
             f"`{name}` must be a positive integer. Received: {name}={value!r}"
         )
+
+
+def check_bool(name, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
 
 
 def check_rate(name, value):

@@ -1,0 +1,114 @@
+"""The protocol generation and export use to decode with a model.
+
+`kt.generation.generate`, `kt.generation.decode_function` and the exporters
+never look inside a model: they ask a `CausalLM` (decoder-only, like `GPT2`)
+or a `Seq2SeqLM` (encoder-decoder, like `Seq2Seq`) for
+
+- `generation_inputs(inputs)`: the checked numpy `(prompt, source)` of a
+  `generate` call (`source` is None for a decoder-only model);
+- `start_decoding(tokens, source, use_cache)`: the decoding state after
+  reading the prompt buffer `tokens` `(B, L)` (and the `source` `(B, S)`):
+  filled KV caches, or what an uncached step needs;
+- `next_logits(tokens, state, index, use_cache)`: float logits `(B, V)` for
+  position `index` given the tokens before it, and the updated state.
+
+A new family subclasses one of the two, builds its functional graph in
+`__init__`, and implements the last two methods with its own forward pass.
+
+Shape legend: B batch, L buffer length, S source length, H heads, D head size.
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+
+class CausalLM(keras.Model):
+    """Base of decoder-only language models: int `token_ids` in, logits out.
+
+    Subclasses set `vocabulary_size` and `max_sequence_length`.
+    """
+
+    def generation_inputs(self, inputs):
+        return token_ids("inputs", inputs, self.vocabulary_size), None
+
+    def start_decoding(self, tokens, source, use_cache):
+        raise NotImplementedError
+
+    def next_logits(self, tokens, state, index, use_cache):
+        raise NotImplementedError
+
+
+class Seq2SeqLM(keras.Model):
+    """Base of encoder-decoder models: `{"encoder_token_ids",
+    "decoder_token_ids"}` in, decoder logits out.
+
+    Subclasses set `max_sequence_length` and the properties
+    `encoder_vocabulary_size` and `decoder_vocabulary_size`.
+    """
+
+    def generation_inputs(self, inputs):
+        if not isinstance(inputs, dict) or set(inputs) != {
+            "encoder_token_ids",
+            "decoder_token_ids",
+        }:
+            raise ValueError(
+                "For a seq2seq model, `inputs` must be a dict with 'encoder_token_ids' "
+                f"and 'decoder_token_ids'. Received: {_describe(inputs)}"
+            )
+        source = token_ids(
+            "inputs['encoder_token_ids']",
+            inputs["encoder_token_ids"],
+            self.encoder_vocabulary_size,
+        )
+        prompt = token_ids(
+            "inputs['decoder_token_ids']",
+            inputs["decoder_token_ids"],
+            self.decoder_vocabulary_size,
+        )
+        return prompt, source
+
+    def start_decoding(self, tokens, source, use_cache):
+        raise NotImplementedError
+
+    def next_logits(self, tokens, state, index, use_cache):
+        raise NotImplementedError
+
+
+def empty_caches(blocks, tokens):
+    """One zero self-attention cache `(B, 2, L, H, D)` per decoder block."""
+    batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
+    caches = []
+    for block in blocks:
+        attention = block.self_attention_layer
+        shape = (batch, 2, length, attention.num_heads, attention.key_dim)
+        caches.append(ops.zeros(shape, attention.compute_dtype))
+    return caches
+
+
+def token_ids(name, ids, vocabulary_size):
+    """`ids` as an int32 `(B, T)` numpy array of ids in `[0, vocabulary_size)`.
+
+    Raises a ValueError naming the argument and the first id out of range:
+    an embedding lookup would silently clamp it under XLA.
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(
+            f"`{name}` must be int token ids of shape (batch, length). "
+            f"Received: dtype {ids.dtype}, shape {ids.shape}"
+        )
+    outside = (ids < 0) | (ids >= vocabulary_size)
+    if outside.any():
+        row, column = np.argwhere(outside)[0]
+        raise ValueError(
+            f"`{name}` holds token id {int(ids[row, column])} at [{row}, {column}], "
+            f"outside the model's vocabulary [0, {vocabulary_size})."
+        )
+    return ids.astype("int32")
+
+
+def _describe(inputs):
+    if isinstance(inputs, dict):
+        return f"a dict with keys {sorted(inputs)}"
+    return type(inputs).__name__
