@@ -54,6 +54,8 @@ def _load_data(task, path):
         return datasets.number_pairs(9000, maximum=10_000), (
             "number words -> digits (built in)"
         )
+    if not os.path.isfile(path):
+        raise CommandError(f"data file not found: {path}")
     if task == "gpt2":
         rows = [line.decode() for line in text.load_text(path).as_numpy_iterator()]
     elif task == "bert":

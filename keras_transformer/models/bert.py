@@ -191,8 +191,10 @@ class BERTHead(keras.Model):
 
     The head's graph starts from the backbone's inputs and outputs (the
     backbone is not nested as one layer), so its layers, such as the
-    embedding the masked-LM head ties to, are the backbone's own.
-    Subclasses add their arguments to `get_config`.
+    embedding the masked-LM head ties to, are the backbone's own. The head's
+    own layers become attributes after the graph is built, so the weights
+    keep the graph's order (that of 0.1's functional heads). Subclasses add
+    their arguments to `get_config`.
     """
 
     def __init__(self, backbone, inputs, outputs, **kwargs):
@@ -256,13 +258,13 @@ class BERTMaskedLM(BERTHead):
 
     def __init__(self, backbone, **kwargs):
         check_backbone(backbone)
-        self.mlm_dense = keras.layers.Dense(
+        mlm_dense = keras.layers.Dense(
             backbone.hidden_dim,
             activation="gelu",
             kernel_initializer=normal_initializer(),
             name="mlm_dense",
         )
-        self.mlm_layer_norm = keras.layers.LayerNormalization(
+        mlm_layer_norm = keras.layers.LayerNormalization(
             epsilon=1e-12, name="mlm_layer_norm"
         )
         inputs = {
@@ -274,11 +276,13 @@ class BERTMaskedLM(BERTHead):
         sequence = backbone.output["sequence_output"]
         positions = inputs["mask_positions"][:, :, None]
         x = ops.take_along_axis(sequence, positions, axis=1)  # (B, P, E)
-        x = self.mlm_layer_norm(self.mlm_dense(x))
+        x = mlm_layer_norm(mlm_dense(x))
         outputs = backbone.embeddings(x, reverse=True)  # (B, P, V), tied
         super().__init__(
             backbone, inputs, outputs, **{"name": "bert_masked_lm", **kwargs}
         )
+        self.mlm_dense = mlm_dense
+        self.mlm_layer_norm = mlm_layer_norm
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -327,23 +331,23 @@ class BERTClassifier(BERTHead):
                 f"Received: num_classes={num_classes!r}"
             )
         check_backbone(backbone)
-        self.classifier_dropout = keras.layers.Dropout(
-            dropout, name="classifier_dropout"
-        )
-        self.classifier_logits = keras.layers.Dense(
+        classifier_dropout = keras.layers.Dropout(dropout, name="classifier_dropout")
+        classifier_logits = keras.layers.Dense(
             num_classes,
             kernel_initializer=normal_initializer(),
             dtype="float32",
             name="classifier_logits",
         )
         pooled = backbone.output["pooled_output"]
-        outputs = self.classifier_logits(self.classifier_dropout(pooled))
+        outputs = classifier_logits(classifier_dropout(pooled))
         super().__init__(
             backbone,
             dict(backbone.input),
             outputs,
             **{"name": "bert_classifier", **kwargs},
         )
+        self.classifier_dropout = classifier_dropout
+        self.classifier_logits = classifier_logits
         self.num_classes = num_classes
         self.dropout = dropout
 

@@ -23,7 +23,7 @@ def test_train_gpt_then_generate(tmp_path):
     data.write_text("\n".join(["the cat sat on the mat."] * 200))
     out = tmp_path / "gpt"
     result = run(
-        "train", "gpt", "--data", str(data), "--output", str(out), "--steps", "40"
+        "train", "gpt2", "--data", str(data), "--output", str(out), "--steps", "40"
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert {"model.keras", "tokenizer.json", "saved_model", "config.json"} <= set(
@@ -57,7 +57,7 @@ def test_train_bert_then_classify(tmp_path):
 def test_errors_are_one_line_and_write_nothing(tmp_path):
     missing = run(
         "train",
-        "gpt",
+        "gpt2",
         "--data",
         str(tmp_path / "nope.txt"),
         "--output",
@@ -72,13 +72,16 @@ def test_errors_are_one_line_and_write_nothing(tmp_path):
     bad = tmp_path / "bad.tsv"
     bad.write_text("no tab here\n")
     wrong = run("train", "bert", "--data", str(bad), "--output", str(tmp_path / "o"))
-    assert wrong.returncode == 2 and "line 1: expected a tab" in wrong.stderr
+    assert (
+        wrong.returncode == 2
+        and "line 1: expected 2 tab-separated fields" in wrong.stderr
+    )
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("x")
-    occupied = run("train", "gpt", "--output", str(busy))
+    occupied = run("train", "gpt2", "--output", str(busy))
     assert occupied.returncode == 2 and "not empty" in occupied.stderr
-    nowhere = run("train", "gpt", "--output", str(tmp_path / "missing" / "out"))
+    nowhere = run("train", "gpt2", "--output", str(tmp_path / "missing" / "out"))
     assert nowhere.returncode == 2 and "does not exist" in nowhere.stderr
     no_model = run("generate", "--model", str(tmp_path), "hello")
     assert no_model.returncode == 2 and "no exported model" in no_model.stderr
@@ -95,17 +98,17 @@ def test_help_documents_every_command():
         "--output",
         "--steps",
         "--overwrite",
-        "gpt",
+        "gpt2",
         "bert",
-        "translate",
+        "seq2seq",
     ]:
         assert flag in train.stdout
 
 
 def test_every_argument_has_help_text():
-    from keras_transformer import cli
+    from keras_transformer.cli.main import build_parser
 
-    parser = cli.build_parser()
+    parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # argparse internals
     for name, command in commands.items():
         for action in command._actions:

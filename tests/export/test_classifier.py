@@ -128,7 +128,7 @@ def test_bad_arguments(tmp_path):
         intermediate_dim=16,
         max_sequence_length=LENGTH,
     )
-    with pytest.raises(ValueError, match="bert_classifier.*model=.*'bert'"):
+    with pytest.raises(ValueError, match="BERTClassifier.*model=.*'bert'"):
         export(backbone, tokenizer, tmp_path / "a")
     with pytest.raises(ValueError, match=r"class_names=\['a', 'b'\]"):
         export(model, tokenizer, tmp_path / "a", class_names=["a", "b"])

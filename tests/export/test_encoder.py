@@ -96,7 +96,7 @@ def test_bad_arguments(tmp_path):
     backbone = make_backbone()
     export = kt.export.export_encoder
     classifier = kt.models.bert_classifier(backbone, 2)
-    with pytest.raises(ValueError, match="bert_feature_extractor.*'bert_classifier'"):
+    with pytest.raises(ValueError, match="BERTFeatureExtractor.*'bert_classifier'"):
         export(classifier, tokenizer, tmp_path / "a")
     with pytest.raises(ValueError, match="model='bert'"):
         export("bert", tokenizer, tmp_path / "a")

@@ -129,3 +129,57 @@ def test_bad_arguments(gpt):
     with pytest.raises(ValueError, match="at least one token"):
         kt.generation.generate(gpt, np.array([[0, 0]]), 2)
     assert kt.generation.generate(gpt, PROMPTS, 0).shape == PROMPTS.shape
+
+
+def test_each_row_of_a_mixed_length_batch_is_its_own_greedy_decoding(gpt):
+    # Every row fills the buffer to the longest prompt + 6: a shorter prompt
+    # gets more new tokens, each the greedy choice given its own prefix only.
+    batch = kt.generation.generate(gpt, PROMPTS, max_new_tokens=6)
+    for row, prompt in zip(batch, PROMPTS, strict=True):
+        tokens = prompt[prompt != 0][None]  # the prompt alone, unpadded
+        while tokens.shape[1] < batch.shape[1]:
+            tokens = np.concatenate([tokens, next_greedy(gpt(tokens))], axis=1)
+        np.testing.assert_array_equal(row, tokens[0])
+
+
+def test_ids_outside_the_vocabulary_are_refused_before_any_work(gpt, translator):
+    # Under XLA an embedding lookup clamps 999 to 39 and decodes garbage.
+    with pytest.raises(ValueError, match="token id 999 at \\[0, 1\\].*\\[0, 40\\)"):
+        kt.generation.generate(gpt, np.array([[5, 999]]), 2)
+    with pytest.raises(ValueError, match="token id -1"):
+        kt.generation.generate(gpt, np.array([[5, -1]]), 2)
+    source = np.array([[5, 6, 40]])
+    with pytest.raises(ValueError, match="encoder_token_ids.*token id 40"):
+        kt.generation.generate(
+            translator,
+            {"encoder_token_ids": source, "decoder_token_ids": [[1]]},
+            2,
+        )
+    with pytest.raises(ValueError, match="decoder_token_ids.*token id 41"):
+        kt.generation.generate(
+            translator,
+            {"encoder_token_ids": [[5]], "decoder_token_ids": [[41]]},
+            2,
+        )
+    with pytest.raises(ValueError, match="end_token_id=40"):
+        kt.generation.generate(gpt, PROMPTS, 2, end_token_id=40)
+
+
+def test_inputs_and_models_of_the_wrong_kind(gpt, translator):
+    with pytest.raises(ValueError, match="must be a dict.*Received: ndarray"):
+        kt.generation.generate(translator, PROMPTS, 2)
+    with pytest.raises(ValueError, match="dict with keys \\['encoder_token_ids'\\]"):
+        kt.generation.generate(translator, {"encoder_token_ids": PROMPTS}, 2)
+    with pytest.raises(ValueError, match="int token ids.*dtype float"):
+        kt.generation.generate(gpt, PROMPTS.astype("float32"), 2)
+    with pytest.raises(ValueError, match="shape \\(5,\\)"):
+        kt.generation.generate(gpt, PROMPTS[0], 2)
+    with pytest.raises(ValueError, match="max_new_tokens.*2.5"):
+        kt.generation.generate(gpt, PROMPTS, 2.5)
+    bert = kt.models.bert(
+        40, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16
+    )
+    with pytest.raises(ValueError, match="kt.models.CausalLM.*a BERT named 'bert'"):
+        kt.generation.generate(bert, PROMPTS, 2)
+    with pytest.raises(ValueError, match="Received: model=None"):
+        kt.generation.generate(None, PROMPTS, 2)

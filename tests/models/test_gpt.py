@@ -60,11 +60,14 @@ def test_save_load_identical_logits(tmp_path):
 
 def test_logits_are_float32_and_tied_to_the_token_embedding():
     model = tiny_gpt()
-    embedding = model.get_layer("embeddings")
-    assert model(np.array([[1, 2]])).dtype == "float32"
-    # Tied: no separate output matrix of shape (hidden, vocabulary).
+    ids = np.array([[1, 2, 3]])
+    probe = keras.Model(model.input, [model.final_layer_norm.output, model.output])
+    hidden, logits = (to_numpy(t) for t in probe(ids))
+    assert logits.dtype == "float32"
+    # Tied: logits = h · Eᵀ with the token embedding table, by value.
+    table = to_numpy(model.embeddings.token_embedding.embeddings)
+    np.testing.assert_allclose(logits, hidden @ table.T, rtol=1e-4, atol=1e-5)
     assert not any(tuple(w.shape) == (32, VOCAB) for w in model.weights)
-    assert tuple(embedding.token_embedding.embeddings.shape) == (VOCAB, 32)
 
 
 def test_resuming_from_a_saved_model_equals_not_stopping(tmp_path):

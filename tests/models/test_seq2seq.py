@@ -54,17 +54,44 @@ def test_padding_and_causality_at_model_level():
     np.testing.assert_allclose(to_numpy(model(future))[:, :4], logits[:, :4], atol=1e-5)
 
 
-@pytest.mark.parametrize("target_vocabulary_size, tie", [(None, True), (9, False)])
-def test_vocabularies_and_round_trip(tmp_path, target_vocabulary_size, tie):
+def hidden_and_logits(model, x):
+    """The last decoder block's output `(B, T, E)` and the model's logits."""
+    probe = keras.Model(model.input, [model.decoder_blocks[-1].output, model.output])
+    return [to_numpy(t) for t in probe(x)]
+
+
+@pytest.mark.parametrize(
+    "target_vocabulary_size, tie_embeddings, tied",
+    [
+        (None, None, True),  # shared vocabulary: tied, as in the paper
+        (9, None, False),  # own target vocabulary: untied by default
+        (9, True, True),  # explicit overrides win
+        (None, False, False),
+    ],
+)
+def test_output_projection_default_and_round_trip(
+    tmp_path, target_vocabulary_size, tie_embeddings, tied
+):
     model = tiny_seq2seq(
-        target_vocabulary_size=target_vocabulary_size, tie_embeddings=tie
+        target_vocabulary_size=target_vocabulary_size, tie_embeddings=tie_embeddings
     )
     x, _ = reversal_data(2)
     x["decoder_token_ids"] = np.minimum(x["decoder_token_ids"], 8)
-    logits = run_model_saving_test(model, x, tmp_path)(x)
-    assert tuple(logits.shape) == (2, 7, target_vocabulary_size or VOCAB)
+    hidden, logits = hidden_and_logits(model, x)
+    assert logits.shape == (2, 7, target_vocabulary_size or VOCAB)
+    table = to_numpy(model.decoder_embeddings.token_embedding.embeddings)
+    through_embedding = hidden @ table.T  # (B, T, V): logits = h · Eᵀ
+    if tied:
+        np.testing.assert_allclose(logits, through_embedding, rtol=1e-4, atol=1e-4)
+        assert model.output_dense is None
+    else:
+        kernel, bias = (to_numpy(w) for w in model.output_dense.weights)
+        np.testing.assert_allclose(logits, hidden @ kernel + bias, rtol=1e-4, atol=1e-4)
+        assert not np.allclose(logits, through_embedding, atol=1e-2)
     shared = target_vocabulary_size is None
-    assert ("embeddings" in [layer.name for layer in model.layers]) == shared
+    assert (model.encoder_embeddings is model.decoder_embeddings) == shared
+    restored = run_model_saving_test(model, x, tmp_path)
+    assert (restored.output_dense is None) == tied
 
 
 def test_bad_arguments():

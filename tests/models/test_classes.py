@@ -1,0 +1,119 @@
+"""The model classes: what the factories return, `.keras` files of 0.1, and
+code that asks a model what it is by its class, never by layer names."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from tests.fixtures.make_v0_1_models import SIZES, inputs
+from tests.helpers import run_model_saving_test, to_numpy
+
+FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
+
+
+def tiny(family, **overrides):
+    factory = getattr(kt.models, family)
+    return factory(20, **SIZES, max_sequence_length=8, dropout=0.0, **overrides)
+
+
+@pytest.mark.parametrize(
+    "build, cls",
+    [
+        (lambda: tiny("gpt2"), kt.models.GPT2),
+        (lambda: tiny("seq2seq"), kt.models.Seq2Seq),
+        (lambda: tiny("bert"), kt.models.BERT),
+        (lambda: kt.models.bert_masked_lm(tiny("bert")), kt.models.BERTMaskedLM),
+        (lambda: kt.models.bert_classifier(tiny("bert"), 3), kt.models.BERTClassifier),
+        (
+            lambda: kt.models.bert_feature_extractor(tiny("bert")),
+            kt.models.BERTFeatureExtractor,
+        ),
+        (lambda: kt.models.gpt2("gpt2_tiny", num_layers=1), kt.models.GPT2),
+    ],
+)
+def test_factories_return_the_registered_classes(build, cls):
+    model = build()
+    assert type(model) is cls and isinstance(model, keras.Model)
+    assert (
+        keras.saving.get_registered_object(f"keras_transformer>{cls.__name__}") is cls
+    )
+
+
+def test_arguments_after_vocabulary_size_are_keyword_only():
+    with pytest.raises(TypeError):
+        kt.models.gpt2(20, 1, 2, 8, 16)
+    with pytest.raises(TypeError):
+        kt.models.GPT2(20, 1, 2, 8, 16)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "seq2seq", "bert_classifier"])
+def test_safe_mode_round_trip_keeps_class_and_outputs(name, tmp_path):
+    model = {
+        "gpt2": lambda: tiny("gpt2"),
+        "seq2seq": lambda: tiny("seq2seq", target_vocabulary_size=12),
+        "bert_classifier": lambda: kt.models.bert_classifier(tiny("bert"), 3),
+    }[name]()
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.saving.load_model(path, safe_mode=True)
+    assert type(restored) is type(model)
+    assert restored.get_config() == model.get_config()
+    keras.tree.map_structure(
+        np.testing.assert_array_equal,
+        keras.tree.map_structure(to_numpy, restored(inputs()[name])),
+        keras.tree.map_structure(to_numpy, model(inputs()[name])),
+    )
+
+
+@pytest.mark.parametrize(
+    "name, cls, config",
+    [
+        ("gpt2", kt.models.GPT2, {}),
+        (
+            "seq2seq",
+            kt.models.Seq2Seq,
+            {"target_vocabulary_size": 12, "tie_embeddings": True},
+        ),
+        ("bert_classifier", None, {}),
+    ],
+)
+def test_files_saved_by_0_1_load_with_identical_outputs(name, cls, config):
+    expected = np.load(os.path.join(FIXTURES, "v0_1_outputs.npz"))[name]
+    old = keras.saving.load_model(os.path.join(FIXTURES, f"v0_1_{name}.keras"))
+    np.testing.assert_array_equal(to_numpy(old(inputs()[name])), expected)
+    # Their weights move into the new classes in the same order (the
+    # CHANGELOG's upgrade recipe), and generate/export work on the result.
+    if cls is None:
+        new = kt.models.BERTClassifier(tiny("bert"), 3)
+    else:
+        new = cls(20, **SIZES, max_sequence_length=8, dropout=0.0, **config)
+    new.set_weights(old.get_weights())
+    np.testing.assert_array_equal(to_numpy(new(inputs()[name])), expected)
+
+
+def test_generation_and_export_ignore_layer_names(tmp_path):
+    model = tiny("gpt2")
+    expected = kt.generation.generate(model, np.array([[5, 6]]), 3)
+    for i, layer in enumerate(model.layers):
+        layer.name = f"renamed_{i}"  # nothing outside models/ may care
+    assert kt.generation.generate(model, np.array([[5, 6]]), 3).tolist() == (
+        expected.tolist()
+    )
+    tokenizer = kt.text.CharTokenizer(kt.text.build_char_vocabulary(["abcdef"]))
+    kt.export.export_text_generator(model, tokenizer, tmp_path / "g", end_token=None)
+    assert os.path.isdir(tmp_path / "g")
+
+
+def test_bert_heads_share_the_backbone_layers_and_round_trip(tmp_path):
+    backbone = tiny("bert")
+    head = kt.models.bert_masked_lm(backbone)
+    assert head.backbone is backbone
+    assert head.count_params() == backbone.count_params() + (8 * 8 + 8) + 2 * 8
+    batch = {**inputs()["bert_classifier"], "mask_positions": np.array([[1], [0]])}
+    restored = run_model_saving_test(head, batch, tmp_path)
+    assert type(restored) is kt.models.BERTMaskedLM
+    with pytest.raises(ValueError, match="backbone="):
+        kt.models.BERTClassifier(tiny("gpt2"), 2)
