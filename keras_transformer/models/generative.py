@@ -26,7 +26,15 @@ from keras import ops
 class CausalLM(keras.Model):
     """Base of decoder-only language models: int `token_ids` in, logits out.
 
-    Subclasses set `vocabulary_size` and `max_sequence_length`.
+    Subclasses set `vocabulary_size` and `max_sequence_length` and implement
+    `start_decoding` and `next_logits` (see the module docstring).
+
+    Examples:
+        >>> import keras_transformer as kt
+        >>> model = kt.models.gpt2(20, num_layers=1, num_heads=2, hidden_dim=8,
+        ...                        intermediate_dim=16)
+        >>> isinstance(model, kt.models.CausalLM)
+        True
     """
 
     def generation_inputs(self, inputs):
@@ -44,7 +52,15 @@ class Seq2SeqLM(keras.Model):
     "decoder_token_ids"}` in, decoder logits out.
 
     Subclasses set `max_sequence_length` and the properties
-    `encoder_vocabulary_size` and `decoder_vocabulary_size`.
+    `encoder_vocabulary_size` and `decoder_vocabulary_size`, and implement
+    `start_decoding` and `next_logits` (see the module docstring).
+
+    Examples:
+        >>> import keras_transformer as kt
+        >>> model = kt.models.seq2seq(20, num_layers=1, num_heads=2, hidden_dim=8,
+        ...                           intermediate_dim=16, target_vocabulary_size=9)
+        >>> isinstance(model, kt.models.Seq2SeqLM), model.decoder_vocabulary_size
+        (True, 9)
     """
 
     def generation_inputs(self, inputs):
