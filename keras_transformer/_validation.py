@@ -57,3 +57,12 @@ def check_mask_shape(name, mask_shape, expected_shape):
             f"`{name}` must have shape {expected_shape} (None = any size). "
             f"Received: {name} with shape {mask_shape}"
         )
+
+
+def describe(value):
+    """A short description of `value` for error messages."""
+    import keras
+
+    if isinstance(value, keras.Model):
+        return f"a {type(value).__name__} named {value.name!r}"
+    return repr(value)

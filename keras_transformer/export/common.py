@@ -7,7 +7,6 @@ import os
 import shutil
 import uuid
 
-import keras
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
@@ -41,14 +40,9 @@ def check_model(model, classes, exporter):
         classes = classes if isinstance(classes, tuple) else (classes,)
         names = " or ".join(f"kt.models.{c.__name__}" for c in classes)
         raise ValueError(
-            f"`{exporter}` needs a {names}. Received: model={_describe(model)}"
+            f"`{exporter}` needs a {names}. "
+            f"Received: model={validation.describe(model)}"
         )
-
-
-def _describe(model):
-    if isinstance(model, keras.Model):
-        return f"a {type(model).__name__} named {model.name!r}"
-    return repr(model)
 
 
 def check_tokenizer(tokenizer, name, model_vocabulary_size):

@@ -16,10 +16,10 @@ max_new_tokens), S source length.
 
 import weakref
 
-import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer import _validation as validation
 from keras_transformer.generation.samplers import BeamSampler, get_sampler
 from keras_transformer.models.generative import CausalLM, Seq2SeqLM
 
@@ -185,7 +185,7 @@ def check_generative(model, name):
         raise ValueError(
             f"`{name}` must be a kt.models.CausalLM (such as kt.models.GPT2) or a "
             f"kt.models.Seq2SeqLM (such as kt.models.Seq2Seq). Received: "
-            f"{name}={_describe(model)}"
+            f"{name}={validation.describe(model)}"
         )
 
 
@@ -205,12 +205,6 @@ def _check_end_token_id(end_token_id, model):
             "model's vocabulary; 0 is padding). "
             f"Received: end_token_id={end_token_id!r}"
         )
-
-
-def _describe(model):
-    if isinstance(model, keras.Model):
-        return f"a {type(model).__name__} named {model.name!r}"
-    return repr(model)
 
 
 def _pad(ids, length):

@@ -9,7 +9,7 @@ from keras import ops
 
 from keras_transformer.layers import PositionalEmbedding, TransformerEncoderBlock
 from keras_transformer.models.common import (
-    PresetMixin,
+    ModelMixin,
     check_sizes,
     normal_initializer,
     preset_factory,
@@ -17,7 +17,7 @@ from keras_transformer.models.common import (
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class BERT(PresetMixin, keras.Model):
+class BERT(ModelMixin, keras.Model):
     """A BERT encoder, built functionally.
 
     Token + segment + learned position embeddings, LayerNorm and dropout, then
@@ -77,15 +77,17 @@ class BERT(PresetMixin, keras.Model):
         dropout=0.1,
         **kwargs,
     ):
-        check_sizes(
-            vocabulary_size,
+        config = dict(
+            vocabulary_size=vocabulary_size,
             num_layers=num_layers,
             num_heads=num_heads,
             hidden_dim=hidden_dim,
             intermediate_dim=intermediate_dim,
             max_sequence_length=max_sequence_length,
+            num_segments=num_segments,
             dropout=dropout,
         )
+        check_sizes(config)
         if (
             isinstance(num_segments, bool)
             or not isinstance(num_segments, int)
@@ -157,33 +159,7 @@ class BERT(PresetMixin, keras.Model):
             {"sequence_output": x, "pooled_output": pooled},
             **{"name": "bert", **kwargs},
         )
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.max_sequence_length = max_sequence_length
-        self.num_segments = num_segments
-        self.dropout = dropout
-
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "max_sequence_length": self.max_sequence_length,
-            "num_segments": self.num_segments,
-            "dropout": self.dropout,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
+        self._set_config(**config)
 
 
 class BERTHead(keras.Model):
@@ -440,16 +416,7 @@ def bert(
         >>> isinstance(model, kt.models.BERT)
         True
     """
-    return BERT(
-        vocabulary_size,
-        num_layers=num_layers,
-        num_heads=num_heads,
-        hidden_dim=hidden_dim,
-        intermediate_dim=intermediate_dim,
-        max_sequence_length=max_sequence_length,
-        num_segments=num_segments,
-        dropout=dropout,
-    )
+    return BERT(**locals())  # exactly the arguments of this signature
 
 
 def bert_masked_lm(backbone):

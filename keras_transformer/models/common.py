@@ -1,8 +1,10 @@
-"""What every model class shares: size checks, the initializer, presets.
+"""What every model class shares: size checks, the initializer, its config
+and presets.
 
-A model class sets `family` (the presets' name for it, e.g. `"gpt2"`) and
-gets `from_preset`; `preset_factory` turns a thin factory function into one
-that also accepts a preset name.
+A model class derives from `ModelMixin`, sets `family` (the presets' name
+for it, e.g. `"gpt2"`) and gets `get_config`, `from_config` and
+`from_preset`; `preset_factory` turns a thin factory function into one that
+also accepts a preset name.
 """
 
 import functools
@@ -13,18 +15,10 @@ from keras_transformer import _validation as validation
 from keras_transformer.models.presets import PRESETS
 
 
-def check_sizes(
-    vocabulary_size,
-    *,
-    num_layers,
-    num_heads,
-    hidden_dim,
-    intermediate_dim,
-    max_sequence_length,
-    dropout,
-    vocabulary_name="vocabulary_size",
-):
-    """Raises a ValueError naming the first impossible size."""
+def check_sizes(config, vocabulary_name="vocabulary_size"):
+    """Raises a ValueError naming the first impossible size in `config` (a
+    model's constructor arguments)."""
+    vocabulary_size = config[vocabulary_name]
     if (
         isinstance(vocabulary_size, bool)
         or not isinstance(vocabulary_size, int)
@@ -34,19 +28,20 @@ def check_sizes(
             f"`{vocabulary_name}` must be an integer >= 2 (id 0 is padding). "
             f"Received: {vocabulary_name}={vocabulary_size!r}"
         )
-    for name, value in [
-        ("num_layers", num_layers),
-        ("num_heads", num_heads),
-        ("hidden_dim", hidden_dim),
-        ("intermediate_dim", intermediate_dim),
-        ("max_sequence_length", max_sequence_length),
+    for name in [
+        "num_layers",
+        "num_heads",
+        "hidden_dim",
+        "intermediate_dim",
+        "max_sequence_length",
     ]:
-        validation.check_positive_int(name, value)
-    validation.check_rate("dropout", dropout)
-    if hidden_dim % num_heads:
+        validation.check_positive_int(name, config[name])
+    validation.check_rate("dropout", config["dropout"])
+    if config["hidden_dim"] % config["num_heads"]:
         raise ValueError(
             "`hidden_dim` must be divisible by `num_heads`. "
-            f"Received: hidden_dim={hidden_dim}, num_heads={num_heads}"
+            f"Received: hidden_dim={config['hidden_dim']}, "
+            f"num_heads={config['num_heads']}"
         )
 
 
@@ -55,10 +50,28 @@ def normal_initializer(stddev=0.02):
     return keras.initializers.TruncatedNormal(stddev=stddev)
 
 
-class PresetMixin:
-    """`from_preset` for a model class whose `family` names its presets."""
+class ModelMixin:
+    """What the model classes share: their config and their presets.
+
+    A class calls `self._set_config(**arguments)` with its constructor's
+    arguments once its graph is built; they become attributes and are
+    `get_config()`. Its `family` names its presets for `from_preset`.
+    """
 
     family = None
+
+    def _set_config(self, **arguments):
+        for name, value in arguments.items():
+            setattr(self, name, value)
+        self._config_names = tuple(arguments)
+
+    def get_config(self):
+        config = {"name": self.name, "trainable": self.trainable}
+        return {**config, **{name: getattr(self, name) for name in self._config_names}}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
 
     @classmethod
     def presets(cls):

@@ -7,7 +7,7 @@ import keras
 
 from keras_transformer.layers import PositionalEmbedding, TransformerDecoderBlock
 from keras_transformer.models.common import (
-    PresetMixin,
+    ModelMixin,
     check_sizes,
     normal_initializer,
     preset_factory,
@@ -16,7 +16,7 @@ from keras_transformer.models.generative import CausalLM, empty_caches
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class GPT2(PresetMixin, CausalLM):
+class GPT2(ModelMixin, CausalLM):
     """A GPT-2 causal language model, built functionally.
 
     Token + learned position embeddings, pre-LN decoder blocks without
@@ -73,8 +73,8 @@ class GPT2(PresetMixin, CausalLM):
         dropout=0.1,
         **kwargs,
     ):
-        check_sizes(
-            vocabulary_size,
+        config = dict(
+            vocabulary_size=vocabulary_size,
             num_layers=num_layers,
             num_heads=num_heads,
             hidden_dim=hidden_dim,
@@ -82,6 +82,7 @@ class GPT2(PresetMixin, CausalLM):
             max_sequence_length=max_sequence_length,
             dropout=dropout,
         )
+        check_sizes(config)
         # === Layers ===
         self.embeddings = PositionalEmbedding(
             vocabulary_size,
@@ -115,14 +116,7 @@ class GPT2(PresetMixin, CausalLM):
         token_ids = keras.Input((None,), dtype="int32", name="token_ids")
         logits, _ = self._forward(token_ids)
         super().__init__(token_ids, logits, **{"name": "gpt2", **kwargs})
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.max_sequence_length = max_sequence_length
-        self.dropout = dropout
+        self._set_config(**config)
 
     def _forward(self, token_ids, caches=None, index=None):
         """The forward pass, written once: it builds the functional model and,
@@ -161,23 +155,6 @@ class GPT2(PresetMixin, CausalLM):
         logits, caches = self._forward(step, state, index - 1)
         return logits[:, 0], caches
 
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "max_sequence_length": self.max_sequence_length,
-            "dropout": self.dropout,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
 
 @preset_factory(GPT2)
 def gpt2(
@@ -215,12 +192,4 @@ def gpt2(
         >>> tuple(model(np.array([[5, 6, 7]])).shape)
         (1, 3, 50)
     """
-    return GPT2(
-        vocabulary_size,
-        num_layers=num_layers,
-        num_heads=num_heads,
-        hidden_dim=hidden_dim,
-        intermediate_dim=intermediate_dim,
-        max_sequence_length=max_sequence_length,
-        dropout=dropout,
-    )
+    return GPT2(**locals())  # exactly the arguments of this signature

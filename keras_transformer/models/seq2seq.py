@@ -13,12 +13,12 @@ from keras_transformer.layers import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )
-from keras_transformer.models.common import PresetMixin, check_sizes, preset_factory
+from keras_transformer.models.common import ModelMixin, check_sizes, preset_factory
 from keras_transformer.models.generative import Seq2SeqLM, empty_caches
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Seq2Seq(PresetMixin, Seq2SeqLM):
+class Seq2Seq(ModelMixin, Seq2SeqLM):
     """The encoder-decoder of "Attention Is All You Need", built functionally.
 
     Sinusoidal positions added to √E-scaled token embeddings, post-LN blocks
@@ -86,21 +86,20 @@ class Seq2Seq(PresetMixin, Seq2SeqLM):
         tie_embeddings=None,
         **kwargs,
     ):
-        sizes = dict(
+        config = dict(
+            vocabulary_size=vocabulary_size,
             num_layers=num_layers,
             num_heads=num_heads,
             hidden_dim=hidden_dim,
             intermediate_dim=intermediate_dim,
             max_sequence_length=max_sequence_length,
             dropout=dropout,
+            target_vocabulary_size=target_vocabulary_size,
+            tie_embeddings=tie_embeddings,
         )
-        check_sizes(vocabulary_size, **sizes)
+        check_sizes(config)
         if target_vocabulary_size is not None:
-            check_sizes(
-                target_vocabulary_size,
-                **sizes,
-                vocabulary_name="target_vocabulary_size",
-            )
+            check_sizes(config, vocabulary_name="target_vocabulary_size")
         if tie_embeddings is not None:
             validation.check_bool("tie_embeddings", tie_embeddings)
         shared = target_vocabulary_size is None
@@ -160,16 +159,7 @@ class Seq2Seq(PresetMixin, Seq2SeqLM):
         context = self.encode(inputs["encoder_token_ids"])
         logits, _ = self.decode(inputs["decoder_token_ids"], context)
         super().__init__(inputs, logits, **{"name": "seq2seq", **kwargs})
-        # === Config ===
-        self.vocabulary_size = vocabulary_size
-        self.num_layers = num_layers
-        self.num_heads = num_heads
-        self.hidden_dim = hidden_dim
-        self.intermediate_dim = intermediate_dim
-        self.max_sequence_length = max_sequence_length
-        self.dropout = dropout
-        self.target_vocabulary_size = target_vocabulary_size
-        self.tie_embeddings = tie_embeddings
+        self._set_config(**config)
 
     @property
     def encoder_vocabulary_size(self):
@@ -259,25 +249,6 @@ class Seq2Seq(PresetMixin, Seq2SeqLM):
         )
         return logits[:, 0], (caches, cross, context_mask)
 
-    def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "vocabulary_size": self.vocabulary_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "intermediate_dim": self.intermediate_dim,
-            "max_sequence_length": self.max_sequence_length,
-            "dropout": self.dropout,
-            "target_vocabulary_size": self.target_vocabulary_size,
-            "tie_embeddings": self.tie_embeddings,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(**config)
-
 
 @preset_factory(Seq2Seq)
 def seq2seq(
@@ -323,14 +294,4 @@ def seq2seq(
         >>> model.output_dense is not None  # own target vocabulary: untied
         True
     """
-    return Seq2Seq(
-        vocabulary_size,
-        num_layers=num_layers,
-        num_heads=num_heads,
-        hidden_dim=hidden_dim,
-        intermediate_dim=intermediate_dim,
-        max_sequence_length=max_sequence_length,
-        dropout=dropout,
-        target_vocabulary_size=target_vocabulary_size,
-        tie_embeddings=tie_embeddings,
-    )
+    return Seq2Seq(**locals())  # exactly the arguments of this signature
