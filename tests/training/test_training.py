@@ -1,9 +1,7 @@
-import keras
 import numpy as np
 import pytest
 
 import keras_transformer as kt
-from tests.helpers import to_numpy
 
 
 def test_transformer_schedule_is_the_paper_formula():
