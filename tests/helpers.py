@@ -180,3 +180,30 @@ def spread_weights(model, scale=0.3, seed=0, layer_norms=True):
         if layer_norms or "layer_norm" not in weight.path:
             weight.assign(rng.normal(size=weight.shape).astype("float32") * scale)
     return model
+
+
+# ---- more numpy references --------------------------------------------------
+
+
+def np_attention_with_key(query, key, value, weights, mask=None):
+    """`np_attention` with keys projected from `key`, values from `value`."""
+    wq, bq, wk, bk, wv, bv, wo, bo = weights
+    q = np.einsum("bte,ehd->bthd", query, wq) + bq
+    k = np.einsum("bse,ehd->bshd", key, wk) + bk
+    v = np.einsum("bse,ehd->bshd", value, wv) + bv
+    scores = np.einsum("bthd,bshd->bhts", q, k) / np.sqrt(q.shape[-1])
+    probs = np_softmax(scores, None if mask is None else mask[:, None])
+    heads = np.einsum("bhts,bshd->bthd", probs, v)
+    return np.einsum("bthd,hde->bte", heads, wo) + bo
+
+
+def np_gelu(x):
+    """The exact GELU, x * Phi(x) with the normal CDF through erf."""
+    import math
+
+    return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / np.sqrt(2.0)))
+
+
+def np_gelu_tanh(x):
+    """The tanh approximation of GELU (the GPT-2 code's `gelu`)."""
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))

@@ -13,34 +13,60 @@ import pytest
 import keras_transformer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+# Only the documents with Python blocks: one without would pass unchecked.
+DOCUMENTS = [
+    path
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    if BLOCK.search(path.read_text())
+]
 
 
 @pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_markdown_python_blocks_run(path):
     blocks = BLOCK.findall(path.read_text())
+    assert blocks, f"{path} has no python block"
     for number, block in enumerate(blocks, 1):
         namespace = {"__name__": f"{path.stem}_block_{number}"}
         exec(compile(block, f"{path.name} (python block {number})", "exec"), namespace)
 
 
+def has_examples(module_name):
+    """Whether the module's own docstrings hold examples; True when it does
+    not import, so that its test reports the error."""
+    try:
+        module = importlib.import_module(module_name)
+    except Exception:
+        return True
+    return any(test.examples for test in doctest.DocTestFinder().find(module))
+
+
 def package_modules():
+    """The package's modules whose docstrings have examples."""
     prefix = keras_transformer.__name__ + "."
     return [
         name
         for _, name, _ in pkgutil.walk_packages(keras_transformer.__path__, prefix)
-        if not name.endswith("__main__")
+        if not name.endswith("__main__") and has_examples(name)
     ]
 
 
-@pytest.mark.parametrize("module_name", package_modules())
+MODULES = package_modules()
+
+
+@pytest.mark.parametrize("module_name", MODULES)
 def test_docstring_examples_run(module_name):
     module = importlib.import_module(module_name)
     result = doctest.testmod(
         module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
     )
+    assert result.attempted > 0, f"{module_name} has no docstring example"
     assert result.failed == 0
+
+
+def test_there_are_documents_and_modules_with_examples():
+    assert ROOT / "README.md" in DOCUMENTS and len(DOCUMENTS) > 1
+    assert "keras_transformer.layers.attention" in MODULES and len(MODULES) > 1
 
 
 def test_readme_opens_with_the_two_setup_commands():

@@ -32,6 +32,12 @@ def _split(items, held_out):
 def train_gpt2(lines, directory, steps=600, context=64, batch_size=32, verbose=1):
     """A character-level GPT-2 on `lines` (a list of strings)."""
     train_lines, test_lines = _split(lines, 0.1)
+    held_out = sum(len(line) + 1 for line in test_lines)  # + [END] each
+    if held_out < context + 1:
+        raise ValueError(
+            f"The held-out tenth of the data has {held_out} characters, fewer "
+            f"than one window of context + 1 = {context + 1}: give more text."
+        )
     vocabulary = text.build_char_vocabulary(train_lines)
     tokenizer = text.CharTokenizer(vocabulary)
     model = models.gpt2(

@@ -1,5 +1,6 @@
 """The `keras-transformer` command end to end, on tiny settings."""
 
+import json
 import os
 import subprocess
 import sys
@@ -17,41 +18,159 @@ def run(*args, cwd=None):
     )
 
 
-@pytest.mark.slow
-def test_train_gpt_then_generate(tmp_path):
-    data = tmp_path / "lines.txt"
+def printed(result, key):
+    """The value `train` printed on its `key: value` line."""
+    for line in result.stdout.splitlines():
+        if line.startswith(f"{key}: "):
+            return float(line.split(": ")[1])
+    raise AssertionError(f"{key!r} not printed: {result.stdout[-1000:]}")
+
+
+def load_trained(folder):
+    """The `.keras` model and tokenizer `train` wrote, in this process."""
+    import keras
+
+    with open(folder / "tokenizer.json") as f:
+        tokenizer = keras.saving.deserialize_keras_object(json.load(f))
+    return keras.saving.load_model(folder / "model.keras"), tokenizer
+
+
+@pytest.fixture(scope="module")
+def gpt_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli_gpt")
+    data = folder / "lines.txt"
     data.write_text("\n".join(["the cat sat on the mat."] * 200))
-    out = tmp_path / "gpt"
+    out = folder / "gpt"
     result = run(
-        "train", "gpt2", "--data", str(data), "--output", str(out), "--steps", "40"
+        "train", "gpt2", "--data", str(data), "--output", str(out), "--steps", "60"
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    return out, result
+
+
+@pytest.mark.slow
+def test_train_gpt2_learns_and_generate_continues_with_the_model(gpt_folder):
+    out, result = gpt_folder
     assert {"model.keras", "tokenizer.json", "saved_model", "config.json"} <= set(
         os.listdir(out)
     )
-    assert "held-out loss" in result.stdout
-    answer = run("generate", "--model", str(out), "--max-new-tokens", "5", "the cat")
+    # One sentence repeated: the model must do far better than a uniform guess.
+    assert printed(result, "held-out loss (nats per character)") < 0.5 * printed(
+        result, "uniform guess loss"
+    )
+    answer = run(
+        "generate", "--model", str(out), "--temperature", "0", "--max-new-tokens",
+        "6", "the cat",
+    )  # fmt: skip
     assert answer.returncode == 0, answer.stderr[-2000:]
-    assert answer.stdout.startswith("the cat")
+    text = answer.stdout.rstrip("\n")
+    # Greedy: exactly the model's own greedy continuation, cut at [END].
+    import numpy as np
+
+    import keras_transformer as kt
+
+    model, tokenizer = load_trained(out)
+    ids = tokenizer(["the cat"]).to_tensor().numpy()
+    end = tokenizer.token_to_id("[END]")
+    tokens = kt.generation.generate(model, ids, 6, end_token_id=end)
+    tokens = np.where(tokens == end, 0, tokens)
+    expected = tokenizer.detokenize(tokens).numpy()[0].decode()
+    assert text == expected
+    assert text.startswith("the cat") and len(text) == len("the cat") + 6
 
 
 @pytest.mark.slow
-def test_train_bert_then_classify(tmp_path):
+def test_generate_bounds_and_a_model_asked_for_the_wrong_task(gpt_folder):
+    out, _ = gpt_folder
+    bounded = run("generate", "--model", str(out), "--max-new-tokens", "2", "the")
+    assert bounded.returncode == 0, bounded.stderr[-2000:]
+    assert len(bounded.stdout.rstrip("\n")) <= len("the") + 2
+    wrong = run("classify", "--model", str(out), "a text")
+    assert wrong.returncode == 2
+    assert "cannot classify: it serves" in wrong.stderr and "generate" in wrong.stderr
+
+
+@pytest.mark.slow
+def test_train_bert_then_classify_known_examples(tmp_path):
     data = tmp_path / "labels.tsv"
-    data.write_text("\n".join(["good movie\tpos", "bad movie\tneg"] * 50))
+    good, bad = ["good", "great", "fine"], ["bad", "awful", "poor"]
+    rows = [f"{w} movie\tignored column\tpos" for w in good]
+    rows += [f"{w} movie\tignored column\tneg" for w in bad]
+    data.write_text("\n".join(rows * 30))
     out = tmp_path / "bert"
     result = run(
-        "train", "bert", "--data", str(data), "--output", str(out), "--steps", "20"
+        "train", "bert", "--data", str(data), "--output", str(out), "--steps", "80"
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    answer = run("classify", "--model", str(out), "good movie")
+    assert printed(result, "held-out accuracy") == 1.0
+    # The label is the last column (the TSV rule of kt.text.load_labeled_text).
+    with open(out / "config.json") as f:
+        assert json.load(f)["class_names"] == ["neg", "pos"]
+    answer = run("classify", "--model", str(out), "great movie", "awful movie")
     assert answer.returncode == 0, answer.stderr[-2000:]
-    label, probability, text = answer.stdout.strip().split("\t")
-    assert (
-        label in {"pos", "neg"}
-        and 0.5 <= float(probability) <= 1
-        and text == "good movie"
+    lines = [line.split("\t") for line in answer.stdout.strip().splitlines()]
+    assert [(label, text) for label, _, text in lines] == [
+        ("pos", "great movie"),
+        ("neg", "awful movie"),
+    ]
+    assert all(0.5 < float(probability) <= 1 for _, probability, _ in lines)
+
+
+@pytest.mark.slow
+def test_train_seq2seq_then_translate(tmp_path):
+    words = {"one": "un", "two": "deux", "three": "trois", "four": "quatre"}
+    data = tmp_path / "pairs.tsv"
+    data.write_text("\n".join([f"{s}\t{t}" for s, t in words.items()] * 60))
+    out = tmp_path / "seq2seq"
+    result = run(
+        "train", "seq2seq", "--data", str(data), "--output", str(out),
+        "--steps", "150",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert printed(result, "held-out exact-match accuracy") == 1.0
+    answer = run("translate", "--model", str(out), "three", "one")
+    assert answer.returncode == 0, answer.stderr[-2000:]
+    assert answer.stdout.splitlines() == ["trois", "un"]
+
+
+@pytest.mark.slow
+def test_overwrite_replaces_the_folder_whole(tmp_path):
+    data = tmp_path / "lines.txt"
+    data.write_text("\n".join(["abc abc."] * 200))
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "keep.txt").write_text("x")
+    result = run(
+        "train", "gpt2", "--data", str(data), "--output", str(busy), "--steps", "2",
+        "--overwrite",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "keep.txt" not in os.listdir(busy)
+    assert {"model.keras", "tokenizer.json", "saved_model"} <= set(os.listdir(busy))
+
+
+def test_an_empty_file_and_an_unwritable_folder_are_refused(
+    tmp_path, monkeypatch, capsys
+):
+    from keras_transformer.cli import main
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    code = main(
+        ["train", "gpt2", "--data", str(empty), "--output", str(tmp_path / "o")]
     )
+    assert code == 2 and "empty.txt: no text in the file" in capsys.readouterr().err
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    # Root may write anywhere, so the check is exercised through os.access.
+    real_access = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, m: False if str(p) == str(locked) else real_access(p, m)
+    )
+    assert main(["train", "gpt2", "--output", str(locked / "out")]) == 2
+    assert f"{locked} is not writable" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path)) == ["empty.txt", "locked"]
+    assert os.listdir(locked) == []
 
 
 def test_errors_are_one_line_and_write_nothing(tmp_path):

@@ -3,7 +3,14 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from tests.helpers import np_attention, run_layer_test, run_model_saving_test, to_numpy
+from tests.helpers import (
+    np_attention,
+    np_attention_with_key,
+    np_softmax,
+    run_layer_test,
+    run_model_saving_test,
+    to_numpy,
+)
 
 
 def rand(*shape, seed=0):
@@ -33,6 +40,32 @@ def test_scaled_dot_product_attention_fully_masked_row_is_zero():
     mask[0, 1] = False
     out, weights = kt.layers.scaled_dot_product_attention(q, k, v, mask=mask)
     assert np.all(to_numpy(weights)[0, 1] == 0) and np.all(to_numpy(out)[0, 1] == 0)
+
+
+def test_scaled_dot_product_attention_with_distinct_key_and_value():
+    # d_k = 4 and d_v = 6 differ: the scale is 1/sqrt(d_k), values are `value`.
+    q, k, v = rand(2, 3, 4), rand(2, 5, 4, seed=1), rand(2, 5, 6, seed=2)
+    mask = np.random.default_rng(3).random((2, 3, 5)) > 0.3
+    out, weights = kt.layers.scaled_dot_product_attention(q, k, v, mask=mask)
+    expected_weights = np_softmax(q @ k.transpose(0, 2, 1) / 2.0, mask)
+    np.testing.assert_allclose(to_numpy(weights), expected_weights, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(out), expected_weights @ v, atol=1e-5)
+
+
+def test_causal_mask_golden_values():
+    mask = to_numpy(kt.layers.causal_mask(3, 3))
+    assert mask.dtype == bool and mask.shape == (1, 3, 3)
+    np.testing.assert_array_equal(mask[0], np.tril(np.ones((3, 3), bool)))
+    # Two queries at positions 2 and 3 of a 5-slot cache: query t sees the
+    # keys at positions <= 2 + t, not the slots not yet written.
+    np.testing.assert_array_equal(
+        to_numpy(kt.layers.causal_mask(2, 5, 2)),
+        np.array([[[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]]], bool),
+    )
+    # The last position sees every slot.
+    np.testing.assert_array_equal(
+        to_numpy(kt.layers.causal_mask(1, 5, 4)), np.ones((1, 1, 5), bool)
+    )
 
 
 def keras_pair(num_heads=2, key_dim=4, output_dim=None, **kwargs):
@@ -101,6 +134,16 @@ def test_multi_head_attention_matches_numpy_reference():
     mask = np.random.default_rng(3).random((2, 4, 5)) > 0.3
     actual = layer(query, value, attention_mask=mask)
     expected = np_attention(query, value, layer.get_weights(), mask)
+    np.testing.assert_allclose(to_numpy(actual), expected, atol=1e-5)
+
+
+def test_multi_head_attention_with_distinct_key_matches_numpy_reference():
+    # Keys come from `key`, values from `value` (widths 3 and 7 differ).
+    layer = kt.layers.MultiHeadAttention(2, 3, value_dim=4)
+    query, value, key = rand(2, 4, 6), rand(2, 5, 7, seed=1), rand(2, 5, 3, seed=2)
+    mask = np.random.default_rng(3).random((2, 4, 5)) > 0.3
+    actual = layer(query, value, key=key, attention_mask=mask)
+    expected = np_attention_with_key(query, key, value, layer.get_weights(), mask)
     np.testing.assert_allclose(to_numpy(actual), expected, atol=1e-5)
 
 

@@ -43,6 +43,16 @@ def test_positional_embedding_adds_positions(position, scale):
     np.testing.assert_array_equal(to_numpy(layer.compute_mask(ids)), ids != 0)
 
 
+def test_scale_embeddings_multiplies_by_the_square_root_of_hidden_dim():
+    # At hidden_dim=16, sqrt(16) = 4 differs from 16 / 2 = 8 and from 16.
+    layer = kt.layers.PositionalEmbedding(20, 6, 16, scale_embeddings=True)
+    ids = np.array([[3, 4, 5, 0]])
+    out = to_numpy(layer(ids))
+    table = to_numpy(layer.token_embedding.embeddings)[ids]
+    positions = kt.layers.sinusoidal_encoding(6, 16)[:4]
+    np.testing.assert_allclose(out, 4.0 * table + positions, atol=1e-6)
+
+
 def test_start_index_shifts_positions():
     layer = kt.layers.PositionalEmbedding(20, 6, 4, position="learned")
     ids = np.array([[3, 4, 5, 6]])

@@ -9,8 +9,10 @@ from tests.scale import common
 
 # Largest relative difference allowed between an epoch's mean loss under a
 # mixed policy and under float32, from the same weights on the same batches.
-# Measured: <= 0.08% for bfloat16, <= 0.005% for float16.
-LOSS_RTOL = 1e-2
+# Measured on CPU over the three families: <= 0.074% for bfloat16 (gpt),
+# <= 0.0048% for float16 (bert). Allowed: 0.2% and 0.02%, three and four
+# times that.
+LOSS_RTOL = {"mixed_bfloat16": 2e-3, "mixed_float16": 2e-4}
 
 
 @pytest.mark.slow
@@ -32,7 +34,7 @@ def test_mixed_precision_training_tracks_float32(family, policy):
 
     losses = common.train(model, family)
 
-    np.testing.assert_allclose(losses, float32_losses, rtol=LOSS_RTOL)
+    np.testing.assert_allclose(losses, float32_losses, rtol=LOSS_RTOL[policy])
     assert losses[-1] < losses[0] - 0.05, losses  # it learns (float32: 0.12-0.49)
     x, _ = common.data(family)  # rows without a single real token included
     logits = model(x)

@@ -1,7 +1,8 @@
 import hashlib
 import os
+import pathlib
+import tarfile
 
-import keras
 import pytest
 
 import keras_transformer as kt
@@ -67,25 +68,76 @@ def test_errors_name_the_file_and_line(tmp_path):
             load(os.path.join(tmp_path, "missing.txt"))
 
 
-def test_downloads_are_checksummed(monkeypatch, tmp_path):
-    calls = []
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
-    def fake_get_file(fname, origin, **kwargs):  # no network in tests
-        calls.append((fname, origin, kwargs))
-        return os.path.join(tmp_path, fname)
 
-    monkeypatch.setattr(keras.utils, "get_file", fake_get_file)
-    assert kt.text.download_tiny_shakespeare().endswith("tinyshakespeare.txt")
-    assert kt.text.download_imdb_reviews().endswith(os.path.join("aclImdb"))
-    (_, shakespeare_url, shakespeare), (_, imdb_url, imdb) = calls
-    assert shakespeare["file_hash"] == files.TINY_SHAKESPEARE_SHA256
-    assert imdb["file_hash"] == files.IMDB_SHA256 and imdb["extract"]
-    assert shakespeare_url.startswith("https://") and imdb_url.startswith("https://")
-    # The shared copy of Tiny Shakespeare, where present, is the same file.
-    shared = os.path.join(
-        os.path.dirname(__file__), "../../../shared/data/tinyshakespeare.txt"
+def serve(monkeypatch, url_name, path):
+    """Points the download URL `files.<url_name>` at a local file (no network)."""
+    monkeypatch.setattr(files, url_name, pathlib.Path(path).as_uri())
+
+
+def cache_dir(tmp_path):
+    # It must exist: keras.utils.get_file silently falls back to /tmp/.keras
+    # for a cache_dir it cannot write to, a missing one included.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    return cache
+
+
+def test_tiny_shakespeare_download_is_verified(monkeypatch, tmp_path):
+    serve(monkeypatch, "TINY_SHAKESPEARE_URL", write(tmp_path, "bad.txt", "Not it."))
+    cache = cache_dir(tmp_path)
+    with pytest.raises(ValueError, match=f"sha256.*{files.TINY_SHAKESPEARE_SHA256}"):
+        kt.text.download_tiny_shakespeare(cache_dir=cache)
+    # A file whose digest is the pinned one goes through.
+    good = write(tmp_path, "good.txt", "First Citizen:\nBefore we proceed")
+    serve(monkeypatch, "TINY_SHAKESPEARE_URL", good)
+    monkeypatch.setattr(files, "TINY_SHAKESPEARE_SHA256", sha256(good))
+    path = kt.text.download_tiny_shakespeare(cache_dir=cache)
+    assert path.startswith(str(cache)) and sha256(path) == sha256(good)
+
+
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason="library bug: keras.utils.get_file keeps a download whose digest is "
+    "wrong at the destination",
+)
+def test_a_download_with_a_wrong_digest_leaves_nothing_behind(monkeypatch, tmp_path):
+    serve(monkeypatch, "TINY_SHAKESPEARE_URL", write(tmp_path, "bad.txt", "Not it."))
+    with pytest.raises(ValueError, match="sha256"):
+        kt.text.download_tiny_shakespeare(cache_dir=cache_dir(tmp_path))
+    assert os.listdir(tmp_path / "cache" / "datasets") == []
+
+
+def test_imdb_download_is_verified_before_it_is_extracted(monkeypatch, tmp_path):
+    review = tmp_path / "aclImdb" / "train" / "pos" / "0_9.txt"
+    review.parent.mkdir(parents=True)
+    review.write_text("A fine film.")
+    archive = tmp_path / "imdb.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "aclImdb", arcname="aclImdb")
+    serve(monkeypatch, "IMDB_URL", archive)
+    cache = cache_dir(tmp_path)
+    with pytest.raises(ValueError, match=f"sha256.*{files.IMDB_SHA256}"):
+        kt.text.download_imdb_reviews(cache_dir=cache)
+    assert not any(
+        name.endswith("_extracted") for name in os.listdir(cache / "datasets")
     )
-    if os.path.exists(shared):
-        with open(shared, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
-        assert digest == files.TINY_SHAKESPEARE_SHA256
+    monkeypatch.setattr(files, "IMDB_SHA256", sha256(archive))
+    path = kt.text.download_imdb_reviews(cache_dir=cache)
+    assert path.startswith(str(cache)) and os.path.basename(path) == "aclImdb"
+    with open(os.path.join(path, "train", "pos", "0_9.txt")) as f:
+        assert f.read() == "A fine film."
+
+
+SHARED = pathlib.Path(__file__).parents[3] / "shared" / "data" / "tinyshakespeare.txt"
+
+
+@pytest.mark.skipif(not SHARED.exists(), reason="no shared Tiny Shakespeare copy")
+def test_the_pinned_digest_is_the_shared_tiny_shakespeare():
+    assert sha256(SHARED) == files.TINY_SHAKESPEARE_SHA256
+    assert files.TINY_SHAKESPEARE_URL.startswith("https://")
+    assert files.IMDB_URL.startswith("https://")

@@ -46,6 +46,68 @@ def test_masked_loss_matches_numpy(smoothing):
     )
 
 
+def test_masked_loss_from_probabilities():
+    probs = np.array([[[0.5, 0.25, 0.25], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]]], "float32")
+    labels = np.array([[1, 2, 0]])
+    loss = kt.training.MaskedSparseCategoricalCrossentropy(from_logits=False)
+    # -(log 0.25 + log 0.3) / 2: the padded third position is not counted.
+    expected = -(np.log(0.25) + np.log(0.3)) / 2  # 1.29515
+    assert float(loss(labels, probs)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_masked_loss_with_another_ignore_id():
+    # ignore_id=2: label 0 is a real class here and label 2 is the padding.
+    logits = np.log(np.array([[[0.7, 0.2, 0.1], [0.1, 0.1, 0.8], [0.3, 0.6, 0.1]]]))
+    labels = np.array([[0, 2, 1]])
+    loss = kt.training.MaskedSparseCategoricalCrossentropy(ignore_id=2)
+    expected = -(np.log(0.7) + np.log(0.6)) / 2  # 0.43375
+    assert float(loss(labels, logits)) == pytest.approx(expected, rel=1e-5)
+    assert loss.get_config()["ignore_id"] == 2
+
+
+def test_masked_loss_of_an_all_padding_batch_is_zero():
+    # No real token: nothing contributes and the count is clamped to 1, so
+    # the loss is 0 (not 0 / 0 = NaN) and its gradients are 0.
+    logits = np.random.default_rng(0).normal(size=(2, 3, 5)).astype("float32")
+    loss = kt.training.MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
+    assert float(loss(np.zeros((2, 3), "int32"), logits)) == 0.0
+
+
+@pytest.mark.parametrize("smoothing", [1.0, -0.1, 1.5])
+def test_masked_loss_rejects_bad_label_smoothing(smoothing):
+    with pytest.raises(ValueError, match=f"label_smoothing={smoothing}"):
+        kt.training.MaskedSparseCategoricalCrossentropy(label_smoothing=smoothing)
+
+
+def test_masked_accuracy_with_sample_weight():
+    metric = kt.training.MaskedAccuracy()
+    labels = np.array([[1, 2, 0], [2, 1, 0]])
+    predictions = np.eye(3)[[[1, 1, 2], [2, 1, 1]]]  # arg-max 1 1 2, 2 1 1
+    weights = np.array([[0.5, 2.0, 3.0], [1.0, 0.0, 4.0]])
+    metric.update_state(labels, predictions, sample_weight=weights)
+    # Real tokens and their weights: hit 0.5, miss 2.0, hit 1.0, hit 0.0;
+    # padding (weights 3 and 4) does not count: 1.5 / 3.5.
+    assert float(metric.result()) == pytest.approx(3 / 7)
+    # A second batch without weights adds 1 hit out of 2 real tokens.
+    metric.update_state(np.array([[1, 2]]), np.eye(3)[[[1, 0]]])
+    assert float(metric.result()) == pytest.approx(2.5 / 5.5)
+
+
+@pytest.mark.xfail(
+    raises=AssertionError,
+    strict=True,
+    reason="library bug: a (batch,) sample_weight is broadcast over the time "
+    "axis, not over each sequence (gives 1.0)",
+)
+def test_masked_accuracy_with_one_weight_per_sequence():
+    metric = kt.training.MaskedAccuracy()
+    labels = np.array([[1, 2], [2, 1]])
+    predictions = np.eye(3)[[[1, 1], [2, 2]]]  # row 0: 1 hit of 2; row 1: 1 of 2
+    metric.update_state(labels, predictions, sample_weight=np.array([1.0, 0.0]))
+    # Only row 0 counts, as with keras.metrics.SparseCategoricalAccuracy.
+    assert float(metric.result()) == pytest.approx(0.5)
+
+
 def test_masked_accuracy_ignores_padding():
     metric = kt.training.MaskedAccuracy()
     labels = np.array([[1, 2, 0], [2, 0, 0]])
