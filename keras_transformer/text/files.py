@@ -140,12 +140,8 @@ def download_tiny_shakespeare(cache_dir=None):
     Returns:
         The path of the text file.
     """
-    return keras.utils.get_file(
-        "tinyshakespeare.txt",
-        TINY_SHAKESPEARE_URL,
-        file_hash=TINY_SHAKESPEARE_SHA256,
-        hash_algorithm="sha256",
-        cache_dir=cache_dir,
+    return _download(
+        "tinyshakespeare.txt", TINY_SHAKESPEARE_URL, TINY_SHAKESPEARE_SHA256, cache_dir
     )
 
 
@@ -159,12 +155,34 @@ def download_imdb_reviews(cache_dir=None):
     Returns:
         The path of the `aclImdb` directory.
     """
-    extracted = keras.utils.get_file(
-        "aclImdb_v1.tar.gz",
-        IMDB_URL,
-        file_hash=IMDB_SHA256,
-        hash_algorithm="sha256",
-        extract=True,
-        cache_dir=cache_dir,
+    extracted = _download(
+        "aclImdb_v1.tar.gz", IMDB_URL, IMDB_SHA256, cache_dir, extract=True
     )
     return os.path.join(extracted, "aclImdb")
+
+
+def _download(name, url, sha256, cache_dir, extract=False):
+    """`keras.utils.get_file`, checked: a `cache_dir` that does not exist is
+    an error (Keras would quietly write to /tmp/.keras instead), and a file
+    whose digest is wrong is removed (Keras leaves it in the cache)."""
+    if cache_dir is not None and not os.path.isdir(cache_dir):
+        raise FileNotFoundError(
+            "`cache_dir` must be an existing directory. "
+            f"Received: cache_dir={cache_dir!r}"
+        )
+    destination = os.path.join(
+        os.path.expanduser(cache_dir or os.path.join("~", ".keras")), "datasets", name
+    )
+    try:
+        return keras.utils.get_file(
+            name,
+            url,
+            file_hash=sha256,
+            hash_algorithm="sha256",
+            extract=extract,
+            cache_dir=cache_dir,
+        )
+    except ValueError:
+        if os.path.isfile(destination):
+            os.remove(destination)
+        raise

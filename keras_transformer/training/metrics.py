@@ -8,6 +8,8 @@ from keras import ops
 class MaskedAccuracy(keras.metrics.Metric):
     """Fraction of real tokens whose arg-max prediction equals the label.
 
+    `sample_weight` may be per token `(B, T)` or per sequence `(B,)`.
+
     Args:
         ignore_id: label id that is not counted (0, padding).
         name: metric name.
@@ -32,7 +34,12 @@ class MaskedAccuracy(keras.metrics.Metric):
         predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
         weights = ops.cast(ops.not_equal(y_true, self.ignore_id), "float32")
         if sample_weight is not None:
-            weights = weights * ops.cast(sample_weight, "float32")
+            sample_weight = ops.cast(sample_weight, "float32")
+            # One weight per sequence `(B,)` weighs all of its tokens, as in
+            # Keras metrics: expand on the right, never broadcast over time.
+            while len(sample_weight.shape) < len(weights.shape):
+                sample_weight = ops.expand_dims(sample_weight, -1)
+            weights = weights * sample_weight
         hits = ops.cast(ops.equal(predicted, y_true), "float32") * weights
         self.correct.assign_add(ops.sum(hits))
         self.total.assign_add(ops.sum(weights))

@@ -99,17 +99,18 @@ def test_tiny_shakespeare_download_is_verified(monkeypatch, tmp_path):
     assert path.startswith(str(cache)) and sha256(path) == sha256(good)
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="library bug: keras.utils.get_file keeps a download whose digest is "
-    "wrong at the destination",
-)
 def test_a_download_with_a_wrong_digest_leaves_nothing_behind(monkeypatch, tmp_path):
     serve(monkeypatch, "TINY_SHAKESPEARE_URL", write(tmp_path, "bad.txt", "Not it."))
     with pytest.raises(ValueError, match="sha256"):
         kt.text.download_tiny_shakespeare(cache_dir=cache_dir(tmp_path))
     assert os.listdir(tmp_path / "cache" / "datasets") == []
+
+
+def test_a_missing_cache_dir_is_refused(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(FileNotFoundError, match="cache_dir=.*nowhere"):
+        kt.text.download_tiny_shakespeare(cache_dir=missing)
+    assert not missing.exists()
 
 
 def test_imdb_download_is_verified_before_it_is_extracted(monkeypatch, tmp_path):

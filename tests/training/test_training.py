@@ -93,12 +93,6 @@ def test_masked_accuracy_with_sample_weight():
     assert float(metric.result()) == pytest.approx(2.5 / 5.5)
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="library bug: a (batch,) sample_weight is broadcast over the time "
-    "axis, not over each sequence (gives 1.0)",
-)
 def test_masked_accuracy_with_one_weight_per_sequence():
     metric = kt.training.MaskedAccuracy()
     labels = np.array([[1, 2], [2, 1]])
