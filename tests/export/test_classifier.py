@@ -61,10 +61,10 @@ def served(tmp_path_factory):
     return model, tokenizer, names, results
 
 
-def expected(model, tokenizer, *segments):
+def expected(model, tokenizer, *segments, length=LENGTH):
     """Probabilities `(B, 3)` of the model on `pack_segments` inputs."""
     packed = kt.text.pack_segments(
-        [tokenizer(list(texts)) for texts in segments], LENGTH, 2, 3
+        [tokenizer(list(texts)) for texts in segments], length, 2, 3
     )
     return tf.nn.softmax(model(packed), axis=-1).numpy()
 
@@ -98,6 +98,17 @@ def test_pairs_are_packed_and_trimmed_round_robin(served):
     model, tokenizer, _, (single, _, out) = served
     check(out, expected(model, tokenizer, TEXTS, PAIRS))
     assert not np.allclose(out["probabilities"], single["probabilities"])
+
+
+def test_a_shorter_sequence_length_packs_and_trims_to_it(served, tmp_path):
+    model, tokenizer, _, (full, _, _) = served
+    path = kt.export.export_classifier(
+        model, tokenizer, tmp_path / "short", class_names=CLASSES, sequence_length=5
+    )
+    out = tf.saved_model.load(path).signatures["classify"](text=tf.constant(TEXTS))
+    short = expected(model, tokenizer, TEXTS, length=5)
+    np.testing.assert_allclose(out["probabilities"], short, atol=1e-6)
+    assert not np.allclose(short, full["probabilities"], atol=1e-3)  # it trims
 
 
 @pytest.mark.slow

@@ -47,6 +47,11 @@ REQUESTS = {
     "negative_temperature": greedy(4, temperature=-1.0),
     "cold": greedy(6, temperature=1e-6),
     "hot": greedy(8, temperature=1.0),
+    "hot_again": greedy(8, temperature=1.0),
+    # One new token for 2000 copies of a prompt, at two temperatures (one
+    # more compiled batch size): the draws' frequencies are checked.
+    "draws_t1": greedy(1, temperature=1.0, prompts=["the"] * 2000),
+    "draws_t05": greedy(1, temperature=0.5, prompts=["the"] * 2000),
 }
 
 
@@ -160,6 +165,29 @@ def test_positive_temperature_samples(served):
         np.testing.assert_array_equal(row[: len(prompt)], prompt)
         new = row[len(prompt) :][row[len(prompt) :] != 0]
         assert len(new) == 8 or (len(new) < 8 and new[-1] == end)
+
+
+@pytest.mark.slow
+def test_each_call_draws_a_new_seed(served):
+    _, _, _, results = served
+    assert not np.array_equal(
+        results["hot"]["token_ids"], results["hot_again"]["token_ids"]
+    )
+
+
+@pytest.mark.parametrize("name, temperature", [("draws_t1", 1.0), ("draws_t05", 0.5)])
+def test_sampled_frequencies_follow_softmax_over_temperature(served, name, temperature):
+    model, tokenizer, _, results = served
+    prompt = np.array(tokenizer(["the"]).to_list())  # (1, 3)
+    logits = np.asarray(model(prompt))[0, -1].astype("float64") / temperature
+    logits[0] = -np.inf  # padding is never drawn
+    probabilities = np.exp(logits - logits.max())
+    probabilities /= probabilities.sum()
+    drawn = results[name]["token_ids"][:, prompt.shape[1]]
+    counts = np.bincount(drawn, minlength=len(probabilities)) / len(drawn)
+    sigma = np.sqrt(probabilities * (1 - probabilities) / len(drawn))
+    np.testing.assert_array_less(np.abs(counts - probabilities), 5 * sigma + 1e-3)
+    assert probabilities.max() < 0.9  # a real distribution, not a near-argmax
 
 
 @pytest.mark.slow

@@ -66,13 +66,22 @@ def served(tmp_path_factory):
     return model, source, target, names, batch, single
 
 
-def expected(model, source, target, sentences, max_new_tokens=LIMIT - 1, **sampler):
+def expected(
+    model,
+    source,
+    target,
+    sentences,
+    max_new_tokens=LIMIT - 1,
+    start_token="[START]",
+    end_token="[END]",
+    **sampler,
+):
     """Translations from `generate` on the first LIMIT source tokens."""
     rows = [row[:LIMIT] for row in source.tokenize(sentences).to_list()]
     encoder_ids = np.zeros((len(rows), LIMIT), "int32")
     for i, row in enumerate(rows):
         encoder_ids[i, : len(row)] = row
-    start, end = target.token_to_id("[START]"), target.token_to_id("[END]")
+    start, end = target.token_to_id(start_token), target.token_to_id(end_token)
     inputs = {
         "encoder_token_ids": encoder_ids,
         "decoder_token_ids": np.full((len(rows), 1), start, "int32"),
@@ -121,6 +130,21 @@ def test_beam_search_export_equals_generate_with_beams(tmp_path):
     beams = expected(model, source, target, sentences, 10, sampler="beam", num_beams=3)
     assert out == beams
     assert beams != expected(model, source, target, sentences, 10)  # not greedy
+
+
+def test_custom_start_and_end_tokens(tmp_path):
+    source, target = tokenizers()
+    model = make_model(source, target)
+    path = kt.export.export_translator(
+        model, source, target, tmp_path / "custom", start_token="l", end_token=" "
+    )
+    translate = tf.saved_model.load(path).signatures["translate"]
+    sentences = SENTENCES[:16]
+    out = translate(sentences=tf.constant(sentences))["translation"].numpy().tolist()
+    custom = expected(model, source, target, sentences, start_token="l", end_token=" ")
+    assert out == custom
+    assert custom != expected(model, source, target, sentences)  # tokens matter
+    assert not any(b" " in text for text in out)  # stopped at the end token
 
 
 def test_bad_arguments(tmp_path):
