@@ -1,17 +1,16 @@
 """Model classes (registered functional `keras.Model` subclasses), their
 factories and presets.
 
-Each family is one module: `bert.py` (`BERT` and its heads), `gpt.py`
+Each family is one module: `bert.py` (`BERT`; its heads in `bert_heads.py`), `gpt.py`
 (`GPT2`), `seq2seq.py` (`Seq2Seq`). `generative.py` holds the small protocol
 (`CausalLM`, `Seq2SeqLM`) that generation and export decode through.
 """
 
-from keras_transformer.models.bert import (
-    BERT,
+from keras_transformer.models.bert import BERT, bert
+from keras_transformer.models.bert_heads import (
     BERTClassifier,
     BERTFeatureExtractor,
     BERTMaskedLM,
-    bert,
     bert_classifier,
     bert_feature_extractor,
     bert_masked_lm,
