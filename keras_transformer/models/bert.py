@@ -5,6 +5,7 @@ Shape legend: B batch, T sequence length, E hidden size.
 
 import keras
 
+from keras_transformer import _validation as validation
 from keras_transformer.layers import PositionalEmbedding, TransformerEncoderBlock
 from keras_transformer.models.common import (
     ModelMixin,
@@ -86,15 +87,7 @@ class BERT(ModelMixin, keras.Model):
             dropout=dropout,
         )
         check_sizes(config)
-        if (
-            isinstance(num_segments, bool)
-            or not isinstance(num_segments, int)
-            or num_segments < 1
-        ):
-            raise ValueError(
-                "`num_segments` must be a positive integer. "
-                f"Received: num_segments={num_segments!r}"
-            )
+        validation.check_positive_int("num_segments", num_segments)
         # === Layers ===
         self.embeddings = PositionalEmbedding(
             vocabulary_size,

@@ -4,6 +4,8 @@ A strategy is only read through `num_replicas_in_sync`, so this module does
 not import TensorFlow.
 """
 
+from keras_transformer import _validation as validation
+
 
 def check_global_batch(global_batch_size, strategy):
     """Checks that a global batch splits evenly over a strategy's replicas.
@@ -43,15 +45,7 @@ def check_global_batch(global_batch_size, strategy):
             "`strategy` must be a tf.distribute.Strategy or a positive number "
             f"of replicas. Received: strategy={strategy!r}"
         )
-    if (
-        isinstance(global_batch_size, bool)
-        or not isinstance(global_batch_size, int)
-        or global_batch_size < 1
-    ):
-        raise ValueError(
-            "`global_batch_size` must be a positive integer. "
-            f"Received: global_batch_size={global_batch_size!r}"
-        )
+    validation.check_positive_int("global_batch_size", global_batch_size)
     if global_batch_size % replicas:
         raise ValueError(
             "`global_batch_size` must be divisible by the number of replicas. "
