@@ -20,6 +20,9 @@ from keras_transformer.models.gpt import GPT2, gpt2
 from keras_transformer.models.presets import PRESETS
 from keras_transformer.models.seq2seq import Seq2Seq, seq2seq
 
+# Last: the checkpoint converters build the classes above.
+from keras_transformer.pretrained import from_pretrained, save_pretrained  # noqa: E402
+
 __all__ = [
     "BERT",
     "BERTClassifier",
@@ -34,6 +37,8 @@ __all__ = [
     "bert_classifier",
     "bert_feature_extractor",
     "bert_masked_lm",
+    "from_pretrained",
     "gpt2",
+    "save_pretrained",
     "seq2seq",
 ]

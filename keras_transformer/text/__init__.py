@@ -22,6 +22,7 @@ from keras_transformer.text.pipelines import (
     masked_lm_dataset,
     translation_dataset,
 )
+from keras_transformer.text.pretrained import tokenizer_from_pretrained
 from keras_transformer.text.sentencepiece import (
     SentencePieceTokenizer,
     train_sentencepiece,
@@ -50,6 +51,7 @@ __all__ = [
     "masked_lm_dataset",
     "pack_segments",
     "pack_seq2seq",
+    "tokenizer_from_pretrained",
     "train_sentencepiece",
     "translation_dataset",
 ]

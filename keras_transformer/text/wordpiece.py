@@ -13,8 +13,9 @@ from keras_transformer.text.tokenizer import Tokenizer
 class WordPieceTokenizer(Tokenizer):
     """WordPiece tokenization with BERT's normalisation, as a Keras layer.
 
-    Text is normalised as BERT does (with `lowercase=True`: lower-casing, NFD
-    and accent stripping; control characters become spaces), split on
+    Text is normalised as BERT's `BertTokenizer` does (with `lowercase=True`:
+    lower-casing, NFD and accent stripping; control characters become
+    spaces), split on
     whitespace, punctuation and each CJK character, and every word is split
     into the longest vocabulary pieces left to right (`"playing"` ->
     `"play", "##ing"`); a word that cannot be split becomes `[UNK]`.
@@ -93,7 +94,9 @@ class WordPieceTokenizer(Tokenizer):
                 token_out_type=tf.int32,
                 unknown_token=common.UNK,
                 support_detokenization=True,
-                lower_case_nfd_strip_accents=self.lowercase,
+                # Our own normalisation below: tensorflow-text's also folds
+                # compatibility forms (full-width "，" -> ","), BERT's does not.
+                lower_case_nfd_strip_accents=False,
             )
         except RuntimeError as error:  # e.g. only bracketed special tokens
             raise ValueError(
@@ -102,6 +105,11 @@ class WordPieceTokenizer(Tokenizer):
             ) from error
 
     def _tokenize(self, strings):
+        if self.lowercase:  # BertTokenizer: lower-case, NFD, drop accents
+            strings = tf_text.normalize_utf8(
+                tf.strings.lower(strings, encoding="utf-8"), "NFD"
+            )
+            strings = tf.strings.regex_replace(strings, r"\p{Mn}", "")
         return self._wordpiece.tokenize(strings)  # (B, None) int32
 
     def _detokenize(self, ids):

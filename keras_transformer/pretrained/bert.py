@@ -1,0 +1,175 @@
+"""Hugging Face BERT checkpoints (`model_type: bert`) <-> `kt.models.BERT`.
+
+Our BERT computes what Hugging Face's `BertModel` computes (post-LN, exact
+GELU, LayerNorm epsilon 1e-12, learned absolute positions, a tanh pooler), so
+loading is a renaming and re-shaping of tensors:
+
+- `nn.Linear` weights are `(out, in)`; Keras kernels are `(in, out)`;
+- attention projections are split into heads: query/key/value kernels
+  `(E, H, D)` with biases `(H, D)`, the output kernel `(H, D, E)`.
+
+Shape legend: E hidden size, H heads, D head size, F intermediate size.
+"""
+
+import numpy as np
+
+from keras_transformer.models.bert import BERT
+
+# Hugging Face config values our BERT computes exactly.
+SUPPORTED = {
+    "hidden_act": ("gelu",),
+    "position_embedding_type": ("absolute",),
+}
+LAYER_NORM_EPSILON = 1e-12
+
+
+def config_to_arguments(config):
+    """`BERT` constructor arguments from a Hugging Face `config.json`."""
+    for key, allowed in SUPPORTED.items():
+        value = config.get(key, allowed[0])
+        if value not in allowed:
+            raise ValueError(
+                f"This BERT checkpoint's `{key}` is not supported (supported: "
+                f"{list(allowed)}). Received: {key}={value!r}"
+            )
+    epsilon = config.get("layer_norm_eps", LAYER_NORM_EPSILON)
+    if not np.isclose(epsilon, LAYER_NORM_EPSILON, rtol=0, atol=1e-15):
+        raise ValueError(
+            "This BERT checkpoint's `layer_norm_eps` is not supported (supported: "
+            f"{LAYER_NORM_EPSILON}). Received: layer_norm_eps={epsilon!r}"
+        )
+    return dict(
+        vocabulary_size=config["vocab_size"],
+        num_layers=config["num_hidden_layers"],
+        num_heads=config["num_attention_heads"],
+        hidden_dim=config["hidden_size"],
+        intermediate_dim=config["intermediate_size"],
+        max_sequence_length=config["max_position_embeddings"],
+        num_segments=config.get("type_vocab_size", 2),
+        dropout=config.get("hidden_dropout_prob", 0.1),
+    )
+
+
+def arguments_to_config(model):
+    """The Hugging Face `config.json` of a `BERT`."""
+    return {
+        "architectures": ["BertModel"],
+        "model_type": "bert",
+        "vocab_size": model.vocabulary_size,
+        "num_hidden_layers": model.num_layers,
+        "num_attention_heads": model.num_heads,
+        "hidden_size": model.hidden_dim,
+        "intermediate_size": model.intermediate_dim,
+        "max_position_embeddings": model.max_sequence_length,
+        "type_vocab_size": model.num_segments,
+        "hidden_dropout_prob": model.dropout,
+        "attention_probs_dropout_prob": model.dropout,
+        "hidden_act": "gelu",
+        "layer_norm_eps": LAYER_NORM_EPSILON,
+        "position_embedding_type": "absolute",
+        "pad_token_id": 0,
+        "initializer_range": 0.02,
+    }
+
+
+def _pairs(model):
+    """`(Hugging Face name, our variable, to ours, to theirs)` for every
+    tensor; the converters map numpy arrays between the two layouts."""
+    heads, size = model.num_heads, model.hidden_dim // model.num_heads
+    same = (lambda w: w, lambda w: w)
+    linear = (lambda w: w.T, lambda w: w.T)
+    split = (
+        lambda w: w.T.reshape(-1, heads, size),  # (E, E) -> (E, H, D)
+        lambda w: w.reshape(w.shape[0], -1).T,
+    )
+    split_bias = (lambda b: b.reshape(heads, size), lambda b: b.reshape(-1))
+    merge = (
+        lambda w: w.T.reshape(heads, size, -1),  # (E, E) -> (H, D, E)
+        lambda w: w.reshape(-1, w.shape[-1]).T,
+    )
+
+    def norm(prefix, layer):
+        return [
+            (f"{prefix}.weight", layer.gamma, same),
+            (f"{prefix}.bias", layer.beta, same),
+        ]
+
+    def dense(prefix, layer, converter=linear, bias=same):
+        return [
+            (f"{prefix}.weight", layer.kernel, converter),
+            (f"{prefix}.bias", layer.bias, bias),
+        ]
+
+    tables = model.embeddings
+    segments = model.segment_embedding
+    pairs = [
+        ("embeddings.word_embeddings.weight", tables.token_embedding.embeddings, same),
+        ("embeddings.position_embeddings.weight", tables.position_embeddings, same),
+        ("embeddings.token_type_embeddings.weight", segments.embeddings, same),
+        *norm("embeddings.LayerNorm", model.embeddings_layer_norm),
+    ]
+    for i, block in enumerate(model.blocks):
+        prefix = f"encoder.layer.{i}"
+        attention = block.self_attention_layer
+        for name, layer in [
+            ("query", attention.query_dense),
+            ("key", attention.key_dense),
+            ("value", attention.value_dense),
+        ]:
+            pairs += dense(f"{prefix}.attention.self.{name}", layer, split, split_bias)
+        pairs += dense(
+            f"{prefix}.attention.output.dense", attention.output_dense, merge
+        )
+        pairs += norm(
+            f"{prefix}.attention.output.LayerNorm", block.self_attention_layer_norm
+        )
+        pairs += dense(
+            f"{prefix}.intermediate.dense", block.feedforward_intermediate_dense
+        )
+        pairs += dense(f"{prefix}.output.dense", block.feedforward_output_dense)
+        pairs += norm(f"{prefix}.output.LayerNorm", block.feedforward_layer_norm)
+    pairs += dense("pooler.dense", model.pooled_dense)
+    return pairs
+
+
+def _find(weights, name):
+    """A tensor by its name, with or without the `bert.` prefix that
+    `BertFor*` checkpoints add, and with the old `gamma`/`beta` names."""
+    candidates = [name, f"bert.{name}"]
+    if name.endswith("LayerNorm.weight"):
+        candidates += [c.replace(".weight", ".gamma") for c in list(candidates)]
+    if name.endswith("LayerNorm.bias"):
+        candidates += [c.replace(".bias", ".beta") for c in list(candidates)]
+    for candidate in candidates:
+        if candidate in weights:
+            return weights[candidate]
+    raise ValueError(
+        f"The checkpoint has no tensor {name!r} (nor {candidates[1:]}); it does "
+        "not look like a BERT checkpoint."
+    )
+
+
+def load_weights(model, weights):
+    """Assigns Hugging Face BERT tensors (a dict of numpy arrays) to `model`."""
+    for name, variable, (to_ours, _) in _pairs(model):
+        value = to_ours(_find(weights, name))
+        if tuple(value.shape) != tuple(variable.shape):
+            raise ValueError(
+                f"Checkpoint tensor {name!r} has shape {value.shape} where the "
+                f"model built from its config.json expects {tuple(variable.shape)}."
+            )
+        variable.assign(value)
+
+
+def export_weights(model):
+    """The Hugging Face `BertModel` tensors of `model` (numpy arrays)."""
+    return {
+        name: np.ascontiguousarray(to_theirs(np.asarray(variable)))
+        for name, variable, (_, to_theirs) in _pairs(model)
+    }
+
+
+def build(config, weights):
+    model = BERT(**config_to_arguments(config))
+    load_weights(model, weights)
+    return model

@@ -1,0 +1,58 @@
+"""Hugging Face checkpoint folders on disk: `config.json` and the weights in
+`model.safetensors` (or shards listed in `model.safetensors.index.json`),
+read and written with the `safetensors` package's numpy API (no torch)."""
+
+import json
+import os
+
+INDEX = "model.safetensors.index.json"
+WEIGHTS = "model.safetensors"
+
+
+def check_folder(path):
+    """`path` as a string, or a FileNotFoundError naming it."""
+    path = os.fspath(path)
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(
+            "`path` must be a checkpoint folder with a config.json. "
+            f"Received: path={path!r}"
+        )
+    return path
+
+
+def read_config(path):
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def read_weights(path):
+    """All tensors of the folder as a dict of numpy arrays (float32)."""
+    from safetensors.numpy import load_file
+
+    if os.path.isfile(os.path.join(path, INDEX)):
+        with open(os.path.join(path, INDEX), encoding="utf-8") as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    elif os.path.isfile(os.path.join(path, WEIGHTS)):
+        files = [WEIGHTS]
+    else:
+        raise FileNotFoundError(
+            f"No {WEIGHTS} or {INDEX} in the checkpoint folder. Received: path={path!r}"
+        )
+    weights = {}
+    for name in files:
+        weights.update(load_file(os.path.join(path, name)))
+    return {k: v.astype("float32") for k, v in weights.items()}
+
+
+def write_folder(path, config, weights):
+    """Writes `config.json` and `model.safetensors` into `path`."""
+    from safetensors.numpy import save_file
+
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+    save_file(
+        {k: v for k, v in weights.items()},
+        os.path.join(path, WEIGHTS),
+        metadata={"format": "pt"},
+    )

