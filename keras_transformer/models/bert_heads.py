@@ -42,6 +42,23 @@ class BERTHead(keras.Model):
         return cls(**config)
 
 
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedLMBias(keras.layers.Layer):
+    """Adds one learned bias per token to the masked-LM logits `(..., V)`, as
+    BERT's output layer does (its weight is the tied token embedding)."""
+
+    def build(self, inputs_shape):
+        self.bias = self.add_weight(
+            shape=(inputs_shape[-1],), initializer="zeros", name="bias"
+        )
+
+    def call(self, inputs):
+        return inputs + ops.cast(self.bias, inputs.dtype)
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
+
+
 def check_backbone(backbone):
     if not isinstance(backbone, BERT):
         raise ValueError(
@@ -55,7 +72,7 @@ class BERTMaskedLM(BERTHead):
 
     The head gathers the hidden states at `mask_positions`, transforms them
     (Dense + GELU + LayerNorm) and predicts tokens through the transposed
-    token embedding (tied weights).
+    token embedding (tied weights) plus a bias per token, as BERT does.
 
     Args:
         backbone: a `kt.models.BERT`.
@@ -67,7 +84,8 @@ class BERTMaskedLM(BERTHead):
     Returns:
         float32 logits `(B, P, vocabulary_size)`.
 
-    Layers (attributes): `backbone`, `mlm_dense`, `mlm_layer_norm`.
+    Layers (attributes): `backbone`, `mlm_dense`, `mlm_layer_norm`,
+    `mlm_bias`.
 
     Examples:
         >>> import numpy as np
@@ -104,12 +122,14 @@ class BERTMaskedLM(BERTHead):
         positions = inputs["mask_positions"][:, :, None]
         x = ops.take_along_axis(sequence, positions, axis=1)  # (B, P, E)
         x = mlm_layer_norm(mlm_dense(x))
-        outputs = backbone.embeddings(x, reverse=True)  # (B, P, V), tied
+        mlm_bias = MaskedLMBias(dtype="float32", name="mlm_bias")
+        outputs = mlm_bias(backbone.embeddings(x, reverse=True))  # (B, P, V), tied
         super().__init__(
             backbone, inputs, outputs, **{"name": "bert_masked_lm", **kwargs}
         )
         self.mlm_dense = mlm_dense
         self.mlm_layer_norm = mlm_layer_norm
+        self.mlm_bias = mlm_bias
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

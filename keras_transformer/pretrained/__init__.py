@@ -9,6 +9,7 @@ writes one back. One module per `model_type`.
 import os
 
 from keras_transformer.models.bert import BERT
+from keras_transformer.models.bert_heads import BERTClassifier, BERTMaskedLM
 from keras_transformer.pretrained import bert, checkpoint
 from keras_transformer.text.pretrained import check_savable, save_tokenizer
 
@@ -18,16 +19,17 @@ FAMILIES = {"bert": bert}
 def from_pretrained(path):
     """Loads a Hugging Face checkpoint folder as one of our models.
 
-    Supported now: `model_type: bert` (`BertModel` and the BERT encoder of
-    `BertFor*` checkpoints, MiniLM and other BERT-shaped models included) ->
-    `kt.models.BERT`. Weights are read with `safetensors` (no torch or
-    transformers needed).
+    Supported now: `model_type: bert` (MiniLM and other BERT-shaped models
+    included): `BertModel` -> `kt.models.BERT`, `BertForMaskedLM` ->
+    `kt.models.BERTMaskedLM`, `BertForSequenceClassification` ->
+    `kt.models.BERTClassifier`, by the config's `architectures`. Weights
+    are read with `safetensors` (no torch or transformers needed).
 
     Args:
         path: a local checkpoint folder.
 
     Returns:
-        A `kt.models.BERT` computing what the checkpoint computes.
+        Our model computing what the checkpoint computes.
 
     Raises:
         FileNotFoundError: `path` has no `config.json` or no weights.
@@ -63,7 +65,7 @@ def save_pretrained(model, path, tokenizer=None):
     `transformers` (`BertModel.from_pretrained(path)`).
 
     Args:
-        model: a `kt.models.BERT`.
+        model: a `kt.models.BERT`, `BERTMaskedLM` or `BERTClassifier`.
         path: the folder to write (created if needed).
         tokenizer: optionally a `kt.text.WordPieceTokenizer`, written as
             `vocab.txt` and `tokenizer_config.json`.
@@ -71,17 +73,15 @@ def save_pretrained(model, path, tokenizer=None):
     Returns:
         The folder's absolute path.
     """
-    if not isinstance(model, BERT):
+    if not isinstance(model, BERT | BERTMaskedLM | BERTClassifier):
         raise ValueError(
-            "`model` must be a kt.models.BERT (the families save_pretrained "
-            f"writes so far). Received: model={model!r}"
+            "`model` must be a kt.models.BERT, BERTMaskedLM or BERTClassifier (the "
+            f"models save_pretrained writes so far). Received: model={model!r}"
         )
     path = os.path.abspath(os.fspath(path))
     if tokenizer is not None:
         check_savable(tokenizer)
-    checkpoint.write_folder(
-        path, bert.arguments_to_config(model), bert.export_weights(model)
-    )
+    checkpoint.write_folder(path, *bert.export(model))
     if tokenizer is not None:
         save_tokenizer(tokenizer, path)
     return path

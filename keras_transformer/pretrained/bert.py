@@ -1,4 +1,6 @@
-"""Hugging Face BERT checkpoints (`model_type: bert`) <-> `kt.models.BERT`.
+"""Hugging Face BERT checkpoints (`model_type: bert`) <-> `kt.models.BERT`
+and its heads (`BertForMaskedLM` -> `BERTMaskedLM`,
+`BertForSequenceClassification` -> `BERTClassifier`).
 
 Our BERT computes what Hugging Face's `BertModel` computes (post-LN, exact
 GELU, LayerNorm epsilon 1e-12, learned absolute positions, a tanh pooler), so
@@ -14,6 +16,7 @@ Shape legend: E hidden size, H heads, D head size, F intermediate size.
 import numpy as np
 
 from keras_transformer.models.bert import BERT
+from keras_transformer.models.bert_heads import BERTClassifier, BERTMaskedLM
 
 # Hugging Face config values our BERT computes exactly.
 SUPPORTED = {
@@ -50,10 +53,10 @@ def config_to_arguments(config):
     )
 
 
-def arguments_to_config(model):
+def arguments_to_config(model, architecture="BertModel"):
     """The Hugging Face `config.json` of a `BERT`."""
     return {
-        "architectures": ["BertModel"],
+        "architectures": [architecture],
         "model_type": "bert",
         "vocab_size": model.vocabulary_size,
         "num_hidden_layers": model.num_layers,
@@ -72,12 +75,43 @@ def arguments_to_config(model):
     }
 
 
-def _pairs(model):
+SAME = (lambda w: w, lambda w: w)
+LINEAR = (lambda w: w.T, lambda w: w.T)
+
+
+def _norm(prefix, layer):
+    return [
+        (f"{prefix}.weight", layer.gamma, SAME),
+        (f"{prefix}.bias", layer.beta, SAME),
+    ]
+
+
+def _dense(prefix, layer, converter=LINEAR, bias=SAME):
+    return [
+        (f"{prefix}.weight", layer.kernel, converter),
+        (f"{prefix}.bias", layer.bias, bias),
+    ]
+
+
+def _head_pairs(model):
+    """The head's own tensors, named as `BertFor*` names them."""
+    if isinstance(model, BERTMaskedLM):
+        return [
+            *_dense("cls.predictions.transform.dense", model.mlm_dense),
+            *_norm("cls.predictions.transform.LayerNorm", model.mlm_layer_norm),
+            ("cls.predictions.bias", model.mlm_bias.bias, SAME),
+        ]
+    if isinstance(model, BERTClassifier):
+        return _dense("classifier", model.classifier_logits)
+    return []
+
+
+def _pairs(model, pooler=True):
     """`(Hugging Face name, our variable, to ours, to theirs)` for every
-    tensor; the converters map numpy arrays between the two layouts."""
+    tensor of a `BERT`; the converters map numpy arrays between the two
+    layouts."""
     heads, size = model.num_heads, model.hidden_dim // model.num_heads
-    same = (lambda w: w, lambda w: w)
-    linear = (lambda w: w.T, lambda w: w.T)
+    same, norm, dense = SAME, _norm, _dense
     split = (
         lambda w: w.T.reshape(-1, heads, size),  # (E, E) -> (E, H, D)
         lambda w: w.reshape(w.shape[0], -1).T,
@@ -87,18 +121,6 @@ def _pairs(model):
         lambda w: w.T.reshape(heads, size, -1),  # (E, E) -> (H, D, E)
         lambda w: w.reshape(-1, w.shape[-1]).T,
     )
-
-    def norm(prefix, layer):
-        return [
-            (f"{prefix}.weight", layer.gamma, same),
-            (f"{prefix}.bias", layer.beta, same),
-        ]
-
-    def dense(prefix, layer, converter=linear, bias=same):
-        return [
-            (f"{prefix}.weight", layer.kernel, converter),
-            (f"{prefix}.bias", layer.bias, bias),
-        ]
 
     tables = model.embeddings
     segments = model.segment_embedding
@@ -128,7 +150,8 @@ def _pairs(model):
         )
         pairs += dense(f"{prefix}.output.dense", block.feedforward_output_dense)
         pairs += norm(f"{prefix}.output.LayerNorm", block.feedforward_layer_norm)
-    pairs += dense("pooler.dense", model.pooled_dense)
+    if pooler:
+        pairs += dense("pooler.dense", model.pooled_dense)
     return pairs
 
 
@@ -149,10 +172,9 @@ def _find(weights, name):
     )
 
 
-def load_weights(model, weights):
-    """Assigns Hugging Face BERT tensors (a dict of numpy arrays) to `model`."""
-    for name, variable, (to_ours, _) in _pairs(model):
-        value = to_ours(_find(weights, name))
+def _assign(pairs, weights, prefix=""):
+    for name, variable, (to_ours, _) in pairs:
+        value = to_ours(_find(weights, prefix + name))
         if tuple(value.shape) != tuple(variable.shape):
             raise ValueError(
                 f"Checkpoint tensor {name!r} has shape {value.shape} where the "
@@ -161,15 +183,66 @@ def load_weights(model, weights):
         variable.assign(value)
 
 
-def export_weights(model):
-    """The Hugging Face `BertModel` tensors of `model` (numpy arrays)."""
-    return {
-        name: np.ascontiguousarray(to_theirs(np.asarray(variable)))
-        for name, variable, (_, to_theirs) in _pairs(model)
-    }
+def _architecture(config):
+    architecture = (config.get("architectures") or ["BertModel"])[0]
+    if architecture not in ARCHITECTURES:
+        raise ValueError(
+            f"Unsupported BERT architecture (supported: {sorted(ARCHITECTURES)}). "
+            f"Received: architectures={config.get('architectures')!r}"
+        )
+    return architecture
+
+
+ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForSequenceClassification")
 
 
 def build(config, weights):
-    model = BERT(**config_to_arguments(config))
-    load_weights(model, weights)
+    """Our model of a checkpoint: `BERT`, `BERTMaskedLM` or `BERTClassifier`."""
+    architecture = _architecture(config)
+    backbone = BERT(**config_to_arguments(config))
+    # BertForMaskedLM has no pooler: ours keeps its initial weights.
+    pooler = architecture != "BertForMaskedLM"
+    _assign(_pairs(backbone, pooler=pooler), weights)
+    if architecture == "BertModel":
+        return backbone
+    if architecture == "BertForMaskedLM":
+        model = BERTMaskedLM(backbone)
+    else:
+        labels = config.get("id2label") or {}
+        dropout = config.get("classifier_dropout")
+        model = BERTClassifier(
+            backbone,
+            len(labels) or config.get("num_labels", 2),
+            dropout=config.get("hidden_dropout_prob", 0.1)
+            if dropout is None
+            else dropout,
+        )
+    _assign(_head_pairs(model), weights)
     return model
+
+
+def export(model):
+    """`(config, tensors)` of a `BERT`, `BERTMaskedLM` or `BERTClassifier` in
+    Hugging Face's names and layouts."""
+    backbone = getattr(model, "backbone", model)
+    architecture = {
+        BERTMaskedLM: "BertForMaskedLM",
+        BERTClassifier: "BertForSequenceClassification",
+    }.get(type(model), "BertModel")
+    config = arguments_to_config(backbone, architecture)
+    prefix = "" if architecture == "BertModel" else "bert."
+    pairs = [
+        (prefix + name, variable, converters)
+        for name, variable, converters in _pairs(
+            backbone, pooler=architecture != "BertForMaskedLM"
+        )
+    ] + _head_pairs(model)
+    if isinstance(model, BERTClassifier):
+        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_classes)}
+        config["label2id"] = {f"LABEL_{i}": i for i in range(model.num_classes)}
+        config["classifier_dropout"] = model.dropout
+    tensors = {
+        name: np.ascontiguousarray(to_theirs(np.asarray(variable)))
+        for name, variable, (_, to_theirs) in pairs
+    }
+    return config, tensors

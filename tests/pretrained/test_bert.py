@@ -52,6 +52,39 @@ def test_bert_checkpoint_computes_what_transformers_computes(folder):
     assert np.abs(ref["sequence_output"]).mean() > 0.1  # not a trivial output
 
 
+def heads():
+    return dict(np.load(os.path.join(HF, "bert_tiny_heads.npz")))
+
+
+def test_masked_lm_and_classifier_checkpoints_load_with_their_heads(tmp_path):
+    ref = reference()
+    inputs = {k: ref[k] for k in ("token_ids", "segment_ids", "padding_mask")}
+    mlm = kt.models.from_pretrained(os.path.join(HF, "bert_tiny_mlm"))
+    assert type(mlm) is kt.models.BERTMaskedLM
+    positions = np.array([[1, 2], [2, 3], [1, 4]])  # real tokens of each row
+    logits = to_numpy(mlm({**inputs, "mask_positions": positions}))
+    expected = np.take_along_axis(heads()["mlm"], positions[:, :, None], axis=1)
+    np.testing.assert_allclose(logits, expected, atol=1e-4)
+    classifier = kt.models.from_pretrained(os.path.join(HF, "bert_tiny_classifier"))
+    assert type(classifier) is kt.models.BERTClassifier
+    assert classifier.num_classes == 3
+    np.testing.assert_allclose(
+        to_numpy(classifier(inputs)), heads()["classifier"], atol=1e-5
+    )
+    # Written back with their heads, in transformers' names, and read again.
+    for model, name in [(mlm, "mlm"), (classifier, "classifier")]:
+        folder = kt.models.save_pretrained(model, tmp_path / name)
+        from safetensors.numpy import load_file
+
+        theirs = load_file(os.path.join(HF, f"bert_tiny_{name}", "model.safetensors"))
+        ours = load_file(os.path.join(folder, "model.safetensors"))
+        assert set(ours) <= set(theirs)
+        for key, value in ours.items():
+            np.testing.assert_array_equal(value, theirs[key])
+        again = kt.models.from_pretrained(folder)
+        assert type(again) is type(model)
+
+
 def test_save_pretrained_round_trips_and_names_what_transformers_reads(tmp_path):
     model = kt.models.from_pretrained(TINY)
     tokenizer = kt.text.tokenizer_from_pretrained(TINY)
