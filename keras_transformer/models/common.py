@@ -111,10 +111,13 @@ def preset_factory(model_class):
 
     def decorate(factory):
         @functools.wraps(factory)
-        def wrapper(vocabulary_size, /, **kwargs):
-            if isinstance(vocabulary_size, str):
-                return model_class.from_preset(vocabulary_size, **kwargs)
-            return factory(vocabulary_size, **kwargs)
+        def wrapper(*args, **kwargs):
+            first = args[0] if args else kwargs.get("vocabulary_size")
+            if isinstance(first, str):
+                if not args:
+                    kwargs.pop("vocabulary_size")
+                return model_class.from_preset(first, *args[1:], **kwargs)
+            return factory(*args, **kwargs)
 
         return wrapper
 

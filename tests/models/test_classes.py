@@ -42,6 +42,12 @@ def test_factories_return_the_registered_classes(build, cls):
     )
 
 
+def test_vocabulary_size_may_be_given_by_keyword():
+    model = kt.models.bert(vocabulary_size=20, **SIZES, max_sequence_length=8)
+    assert model.vocabulary_size == 20
+    assert kt.models.gpt2(vocabulary_size="gpt2_tiny", num_layers=1).num_layers == 1
+
+
 def test_arguments_after_vocabulary_size_are_keyword_only():
     with pytest.raises(TypeError):
         kt.models.gpt2(20, 1, 2, 8, 16)

