@@ -155,9 +155,20 @@ def _pairs(model, pooler=True):
     return pairs
 
 
-def _find(weights, name):
-    """A tensor by its name, with or without the `bert.` prefix that
-    `BertFor*` checkpoints add, and with the old `gamma`/`beta` names."""
+# Tensors a checkpoint may hold that carry nothing of their own: a buffer of
+# position ids, and BertForMaskedLM's decoder, tied to the token embedding
+# and to `cls.predictions.bias`.
+IGNORED = (
+    "embeddings.position_ids",
+    "cls.predictions.decoder.weight",
+    "cls.predictions.decoder.bias",
+)
+
+
+def _key(weights, name):
+    """The checkpoint's key for tensor `name`: with or without the `bert.`
+    prefix that `BertFor*` checkpoints add, and with the old `gamma`/`beta`
+    LayerNorm names."""
     candidates = [name, f"bert.{name}"]
     if name.endswith("LayerNorm.weight"):
         candidates += [c.replace(".weight", ".gamma") for c in list(candidates)]
@@ -165,21 +176,39 @@ def _find(weights, name):
         candidates += [c.replace(".bias", ".beta") for c in list(candidates)]
     for candidate in candidates:
         if candidate in weights:
-            return weights[candidate]
+            return candidate
     raise ValueError(
         f"The checkpoint has no tensor {name!r} (nor {candidates[1:]}); it does "
-        "not look like a BERT checkpoint."
+        "not look like a BERT checkpoint of its config.json's architecture."
     )
 
 
-def _assign(pairs, weights, prefix=""):
+def _assign(pairs, weights):
+    """Checks every tensor's name and shape, and that the checkpoint holds
+    nothing unused, then assigns them all (nothing is assigned on error)."""
+    values, used = [], set()
     for name, variable, (to_ours, _) in pairs:
-        value = to_ours(_find(weights, prefix + name))
+        key = _key(weights, name)
+        used.add(key)
+        value = to_ours(weights[key])
         if tuple(value.shape) != tuple(variable.shape):
             raise ValueError(
-                f"Checkpoint tensor {name!r} has shape {value.shape} where the "
-                f"model built from its config.json expects {tuple(variable.shape)}."
+                f"Checkpoint tensor {key!r} has shape {weights[key].shape}, which "
+                f"disagrees with its config.json (expected {tuple(variable.shape)} "
+                "in our layout)."
             )
+        values.append((variable, value))
+    unused = sorted(
+        key
+        for key in set(weights) - used
+        if not any(key.endswith(ignored) for ignored in IGNORED)
+    )
+    if unused:
+        raise ValueError(
+            f"The checkpoint has {len(unused)} tensor(s) this architecture does "
+            f"not use: {unused[:5]}"
+        )
+    for variable, value in values:
         variable.assign(value)
 
 
@@ -202,22 +231,20 @@ def build(config, weights):
     backbone = BERT(**config_to_arguments(config))
     # BertForMaskedLM has no pooler: ours keeps its initial weights.
     pooler = architecture != "BertForMaskedLM"
-    _assign(_pairs(backbone, pooler=pooler), weights)
     if architecture == "BertModel":
+        _assign(_pairs(backbone, pooler=pooler), weights)
         return backbone
     if architecture == "BertForMaskedLM":
         model = BERTMaskedLM(backbone)
     else:
         labels = config.get("id2label") or {}
         dropout = config.get("classifier_dropout")
+        if dropout is None:
+            dropout = config.get("hidden_dropout_prob", 0.1)
         model = BERTClassifier(
-            backbone,
-            len(labels) or config.get("num_labels", 2),
-            dropout=config.get("hidden_dropout_prob", 0.1)
-            if dropout is None
-            else dropout,
+            backbone, len(labels) or config.get("num_labels", 2), dropout=dropout
         )
-    _assign(_head_pairs(model), weights)
+    _assign(_pairs(backbone, pooler=pooler) + _head_pairs(model), weights)
     return model
 
 

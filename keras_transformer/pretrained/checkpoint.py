@@ -40,7 +40,17 @@ def read_weights(path):
         )
     weights = {}
     for name in files:
-        weights.update(load_file(os.path.join(path, name)))
+        file = os.path.join(path, name)
+        if not os.path.isfile(file):
+            raise FileNotFoundError(
+                f"The checkpoint's {INDEX} names a shard that is missing: {file!r}"
+            )
+        try:
+            weights.update(load_file(file))
+        except Exception as error:  # safetensors raises its own error types
+            raise ValueError(
+                f"Cannot read {file!r} as safetensors (broken or truncated?): {error}"
+            ) from None
     return {k: v.astype("float32") for k, v in weights.items()}
 
 

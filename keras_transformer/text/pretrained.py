@@ -12,6 +12,7 @@ from keras_transformer.text.wordpiece import WordPieceTokenizer
 
 VOCABULARY = "vocab.txt"
 CONFIG = "tokenizer_config.json"
+TOKENIZER = "tokenizer.json"
 
 
 def tokenizer_from_pretrained(path):
@@ -21,7 +22,8 @@ def tokenizer_from_pretrained(path):
         path: a folder with a BERT `vocab.txt` (and usually a
             `tokenizer_config.json`, whose `do_lower_case` and
             `strip_accents` are followed; lower-casing defaults to True, as
-            in `BertTokenizer`).
+            in `BertTokenizer`), or with a WordPiece `tokenizer.json` (what
+            recent `transformers` versions write).
 
     Returns:
         A `kt.text.WordPieceTokenizer` giving the ids `BertTokenizer` gives.
@@ -37,18 +39,17 @@ def tokenizer_from_pretrained(path):
         [4, 5]
     """
     path = os.fspath(path)
-    vocabulary = os.path.join(path, VOCABULARY)
-    if not os.path.isfile(vocabulary):
-        raise FileNotFoundError(
-            f"`path` must be a checkpoint folder with a {VOCABULARY} (only BERT "
-            f"WordPiece tokenizers are read so far). Received: path={path!r}"
-        )
-    config = {}
-    if os.path.isfile(os.path.join(path, CONFIG)):
-        with open(os.path.join(path, CONFIG), encoding="utf-8") as f:
-            config = json.load(f)
-    lowercase = config.get("do_lower_case", True)
-    strip_accents = config.get("strip_accents")
+    config = _read_json(os.path.join(path, CONFIG)) or {}
+    if os.path.isfile(os.path.join(path, VOCABULARY)):
+        with open(os.path.join(path, VOCABULARY), encoding="utf-8") as f:
+            tokens = [line.rstrip("\r\n") for line in f]
+        while tokens and not tokens[-1]:
+            tokens.pop()
+        lowercase = config.get("do_lower_case", True)
+        strip_accents = config.get("strip_accents")
+        chinese = config.get("tokenize_chinese_chars", True)
+    else:
+        tokens, lowercase, strip_accents, chinese = _from_tokenizer_json(path)
     if strip_accents is not None and strip_accents != lowercase:
         # tensorflow-text lower-cases and strips accents together.
         raise ValueError(
@@ -56,15 +57,45 @@ def tokenizer_from_pretrained(path):
             f"supported. Received: do_lower_case={lowercase!r}, "
             f"strip_accents={strip_accents!r} in {path!r}"
         )
-    if not config.get("tokenize_chinese_chars", True):
+    if not chinese:
         raise ValueError(
             f"`tokenize_chinese_chars=False` is not supported. Received in {path!r}"
         )
-    with open(vocabulary, encoding="utf-8") as f:
-        tokens = [line.rstrip("\r\n") for line in f]
-    while tokens and not tokens[-1]:
-        tokens.pop()
     return WordPieceTokenizer(tokens, lowercase=lowercase)
+
+
+def _read_json(path):
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _from_tokenizer_json(path):
+    """Vocabulary and normalisation from a `tokenizer.json` (what recent
+    `transformers` write instead of `vocab.txt`)."""
+    data = _read_json(os.path.join(path, TOKENIZER))
+    if data is None:
+        raise FileNotFoundError(
+            f"`path` must be a checkpoint folder with a {VOCABULARY} or a "
+            f"{TOKENIZER} (only BERT WordPiece tokenizers are read so far). "
+            f"Received: path={path!r}"
+        )
+    model = data.get("model") or {}
+    if model.get("type") != "WordPiece":
+        raise ValueError(
+            f"{os.path.join(path, TOKENIZER)!r}: only WordPiece tokenizers are read "
+            f"so far. Received: model type {model.get('type')!r}"
+        )
+    vocabulary = model["vocab"]
+    tokens = sorted(vocabulary, key=vocabulary.get)
+    normalizer = data.get("normalizer") or {}
+    return (
+        tokens,
+        normalizer.get("lowercase", True),
+        normalizer.get("strip_accents"),
+        normalizer.get("handle_chinese_chars", True),
+    )
 
 
 def check_savable(tokenizer):

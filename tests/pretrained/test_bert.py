@@ -115,6 +115,26 @@ def test_save_pretrained_round_trips_and_names_what_transformers_reads(tmp_path)
     )
 
 
+def test_save_pretrained_loads_in_transformers_with_identical_outputs(tmp_path):
+    transformers = pytest.importorskip(
+        "transformers", reason="the reference library is not a test dependency"
+    )
+    torch = pytest.importorskip("torch")
+    model = kt.models.from_pretrained(TINY)
+    folder = kt.models.save_pretrained(model, tmp_path / "ours")
+    theirs = transformers.BertModel.from_pretrained(folder).eval()
+    ref = reference()
+    with torch.no_grad():
+        out = theirs(
+            input_ids=torch.tensor(ref["token_ids"]),
+            token_type_ids=torch.tensor(ref["segment_ids"]),
+            attention_mask=torch.tensor(ref["padding_mask"].astype("int64")),
+        )
+    np.testing.assert_allclose(
+        out.pooler_output.numpy(), ref["pooled_output"], atol=1e-6
+    )
+
+
 def test_wordpiece_ids_are_bert_tokenizers_ids():
     tokens = np.load(os.path.join(HF, "minilm_tokens.npz"))
     folder = os.path.join(HF, "minilm")
@@ -132,6 +152,11 @@ def test_tokenizer_from_pretrained_follows_the_folder(tmp_path):
     tokenizer = kt.text.tokenizer_from_pretrained(TINY)
     assert tokenizer.lowercase and tokenizer.vocabulary_size() == 23
     assert tokenizer("The Fox jumps").numpy().tolist() == [5, 8, 9]
+    # transformers 5 writes tokenizer.json and no vocab.txt: the same tokenizer.
+    from_json = kt.text.tokenizer_from_pretrained(os.path.join(HF, "bert_tiny_mlm"))
+    assert not os.path.exists(os.path.join(HF, "bert_tiny_mlm", "vocab.txt"))
+    assert from_json.get_vocabulary() == tokenizer.get_vocabulary()
+    assert from_json.lowercase
     cased = tmp_path / "cased"
     shutil.copytree(TINY, cased)
     with open(cased / "tokenizer_config.json") as f:
@@ -158,7 +183,7 @@ def test_bad_folders_and_unsupported_checkpoints(tmp_path):
         ({"model_type": "t5"}, "model_type='t5'"),
         ({"hidden_act": "relu"}, "hidden_act='relu'"),
         ({"layer_norm_eps": 1e-5}, "layer_norm_eps=1e-05"),
-        ({"hidden_size": 32}, "expects"),
+        ({"hidden_size": 32}, "disagrees with its config.json"),
     ]:
         with open(TINY + "/config.json") as f:
             config = {**json.load(f), **change}
@@ -166,11 +191,32 @@ def test_bad_folders_and_unsupported_checkpoints(tmp_path):
             json.dump(config, f)
         with pytest.raises(ValueError, match=message):
             kt.models.from_pretrained(folder)
+    shutil.copy(TINY + "/config.json", folder / "config.json")
+    with open(TINY + "/model.safetensors", "rb") as f:
+        data = f.read()
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(data[: len(data) // 2])  # truncated
+    with pytest.raises(ValueError, match="model.safetensors.*broken or truncated"):
+        kt.models.from_pretrained(folder)
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(TINY + "/model.safetensors")
+    save_file({**tensors, "cls.seq_relationship.bias": np.zeros(2, "float32")},
+              str(folder / "model.safetensors"))  # fmt: skip
+    with pytest.raises(ValueError, match="does not use.*cls.seq_relationship.bias"):
+        kt.models.from_pretrained(folder)
+    del tensors["encoder.layer.1.output.dense.bias"]
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match="no tensor 'encoder.layer.1.output.dense"):
+        kt.models.from_pretrained(folder)
     os.remove(folder / "model.safetensors")
-    with open(folder / "config.json", "w") as f:
-        json.dump({"model_type": "bert"}, f)
     with pytest.raises(FileNotFoundError, match="model.safetensors"):
         kt.models.from_pretrained(folder)
+    sharded = tmp_path / "sharded"
+    shutil.copytree(os.path.join(HF, "bert_tiny_sharded"), sharded)
+    os.remove(sharded / "model-00002-of-00003.safetensors")
+    with pytest.raises(FileNotFoundError, match="missing.*00002-of-00003"):
+        kt.models.from_pretrained(sharded)
 
 
 @pytest.mark.slow
