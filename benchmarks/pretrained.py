@@ -38,8 +38,8 @@ else:
         model = kt.models.from_pretrained(folder)
         ids = np.arange(1, 17)[None]
         model({"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": ids > 0})
-print(json.dumps({"seconds": time.perf_counter() - start,
-                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"seconds": time.perf_counter() - start, "peak_mb": peak}))
 """
 
 
