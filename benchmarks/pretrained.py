@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 start = time.perf_counter()
 kind, folder = sys.argv[1], sys.argv[2]
 if kind == "safetensors":
@@ -38,7 +38,9 @@ else:
         model = kt.models.from_pretrained(folder)
         ids = np.arange(1, 17)[None]
         model({"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": ids > 0})
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent.
+with open("/proc/self/status") as f:
+    peak = next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
 print(json.dumps({"seconds": time.perf_counter() - start, "peak_mb": peak}))
 """
 

@@ -51,7 +51,7 @@ def read_weights(path):
             raise ValueError(
                 f"Cannot read {file!r} as safetensors (broken or truncated?): {error}"
             ) from None
-    return {k: v.astype("float32") for k, v in weights.items()}
+    return {k: v.astype("float32", copy=False) for k, v in weights.items()}
 
 
 def write_folder(path, config, weights):
