@@ -1,6 +1,7 @@
 """Text to model inputs, in-graph on tensorflow-text: tokenizers, vocabularies,
 MLM masking, packing, tf.data pipelines and corpus files."""
 
+from keras_transformer.text.bpe import BytePairTokenizer, bytes_to_unicode
 from keras_transformer.text.char import CharTokenizer, build_char_vocabulary
 from keras_transformer.text.common import RESERVED_TOKENS
 from keras_transformer.text.files import (
@@ -33,12 +34,14 @@ from keras_transformer.text.wordpiece import WordPieceTokenizer
 
 __all__ = [
     "RESERVED_TOKENS",
+    "BytePairTokenizer",
     "CharTokenizer",
     "MaskedLMMaskGenerator",
     "SentencePieceTokenizer",
     "Tokenizer",
     "WordPieceTokenizer",
     "build_char_vocabulary",
+    "bytes_to_unicode",
     "build_wordpiece_vocabulary",
     "causal_lm_dataset",
     "causal_lm_windows",

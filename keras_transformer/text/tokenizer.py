@@ -78,7 +78,8 @@ class Tokenizer(keras.layers.Layer):
     def detokenize(self, inputs):
         """Token ids back to strings, dropping padding (id 0).
 
-        Ids outside the vocabulary decode as `[UNK]`.
+        Ids outside the vocabulary decode as `[UNK]` (byte-level tokenizers,
+        which have none, drop them).
 
         Args:
             inputs: int ids `(T,)`, or a batch `(B, T)` as a dense tensor,
@@ -103,12 +104,19 @@ class Tokenizer(keras.layers.Layer):
         if not isinstance(batch, tf.RaggedTensor):
             batch = tf.RaggedTensor.from_tensor(batch)
         batch = tf.ragged.boolean_mask(batch, tf.not_equal(batch, 0))
-        unknown, size = self._token_to_id[common.UNK], self.vocabulary_size()
-        batch = tf.ragged.map_flat_values(
-            lambda v: tf.where((v < 0) | (v >= size), unknown, v), batch
-        )
+        unknown, size = self._unknown_id(), self.vocabulary_size()
+        if unknown is None:
+            batch = tf.ragged.boolean_mask(batch, (batch > 0) & (batch < size))
+        else:
+            batch = tf.ragged.map_flat_values(
+                lambda v: tf.where((v < 0) | (v >= size), unknown, v), batch
+            )
         text = self._detokenize(batch)  # (B,)
         return text[0] if rank == 1 else text
+
+    def _unknown_id(self):
+        """The id that ids outside the vocabulary decode as; None drops them."""
+        return self._token_to_id[common.UNK]
 
     def vocabulary_size(self):
         """The number of token ids."""

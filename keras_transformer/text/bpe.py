@@ -1,0 +1,337 @@
+"""GPT-2's byte-level BPE tokenizer, in-graph on TensorFlow ops.
+
+Text is split into words by GPT-2's pattern, each word's UTF-8 bytes start
+as one token each, and the adjacent pair with the lowest merge rank is
+merged everywhere in the word until no pair has a rank. Every step is a
+tensor op over all the (unique) words of a batch at once, so the tokenizer
+runs in `tf.data`, `tf.function` and SavedModels.
+
+Ids: this library's id 0 is padding, so token `t` of a `vocab.json` that
+gives it id `i` has our id `i + 1` (`"!"`, GPT-2's id 0, is our id 1).
+
+Shape legend: B batch, W words, N tokens.
+"""
+
+import json
+import os
+
+import keras
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+from keras_transformer.text import common
+from keras_transformer.text.tokenizer import Tokenizer
+
+# Unicode's White_Space characters: what `\s` matches in the regex engine of
+# the reference tokenizers (RE2's `\s` is ASCII only).
+_SPACE = (
+    r"\t\n\x0b\x0c\r\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}"
+    r"\x{2029}\x{202f}\x{205f}\x{3000}"
+)
+_SPACES = rf"[{_SPACE}]+"
+# GPT-2's pattern without its whitespace alternatives `\s+(?!\S)|\s+`: RE2 has
+# no look-ahead, so runs of whitespace are split off first (see `_words`).
+_WORD = (
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"
+    rf"| ?[^{_SPACE}\p{{L}}\p{{N}}]+"
+)
+_NO_RANK = 2**63 - 1
+
+
+def bytes_to_unicode():
+    """GPT-2's map of the 256 byte values to printable characters, which
+    `vocab.json` and `merges.txt` spell tokens in: printable Latin-1 bytes
+    stand for themselves, the others for the characters from U+0100 on
+    (a space is `"Ġ"`, a newline `"Ċ"`)."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    characters, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            characters[byte] = chr(byte)
+        else:
+            characters[byte] = chr(256 + extra)
+            extra += 1
+    return characters
+
+
+def _read(value, name, reader):
+    if isinstance(value, str | os.PathLike):
+        path = os.fspath(value)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"`{name}` file not found: {path!r}")
+        try:
+            with open(path, encoding="utf-8") as f:
+                return reader(f)
+        except (ValueError, UnicodeDecodeError) as error:
+            raise ValueError(f"`{name}` file {path!r} is malformed: {error}") from None
+    return value
+
+
+def read_vocabulary(vocabulary):
+    """`vocab.json` as a dict token -> id (ids 0..N-1, each once)."""
+    vocabulary = _read(vocabulary, "vocabulary", json.load)
+    if not isinstance(vocabulary, dict) or not vocabulary:
+        raise ValueError(
+            "`vocabulary` must be a non-empty dict of token -> id or the path of "
+            f"a vocab.json. Received: vocabulary={vocabulary!r:.80}"
+        )
+    ids = sorted(vocabulary.values()) if _all_ints(vocabulary.values()) else None
+    if ids != list(range(len(vocabulary))) or not _all_strings(vocabulary):
+        raise ValueError(
+            "`vocabulary` must map string tokens to the ids 0..N-1, each once. "
+            f"Received: vocabulary={common.preview(vocabulary.items())}"
+        )
+    return dict(vocabulary)
+
+
+def read_merges(merges):
+    """`merges.txt` as a list of `(left, right)` pairs, the first rank 0."""
+
+    def lines(f):
+        return [line.rstrip("\r\n") for line in f]
+
+    merges = _read(merges, "merges", lines)
+    if isinstance(merges, str | bytes) or not hasattr(merges, "__iter__"):
+        raise ValueError(
+            "`merges` must be a list of 'left right' strings or the path of a "
+            f"merges.txt. Received: merges={merges!r:.80}"
+        )
+    pairs = []
+    for number, line in enumerate(merges, 1):
+        if isinstance(line, tuple | list) and len(line) == 2:
+            line = " ".join(line)
+        if not isinstance(line, str):
+            raise ValueError(f"`merges` line {number} is not a string: {line!r}")
+        if (number == 1 and line.startswith("#version")) or not line.strip():
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not all(parts):
+            raise ValueError(
+                f"`merges` line {number} must be two tokens separated by one "
+                f"space. Received: {line!r}"
+            )
+        pairs.append(tuple(parts))
+    return pairs
+
+
+def _all_ints(values):
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
+def _all_strings(values):
+    return all(isinstance(v, str) for v in values)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class BytePairTokenizer(Tokenizer):
+    """GPT-2's byte-level BPE (`vocab.json` + `merges.txt`) as a Keras layer.
+
+    Gives the ids of Hugging Face's `GPT2Tokenizer` plus one (id 0 is
+    padding here): words are split as GPT-2 splits them (contractions,
+    letters, numbers, other symbols, each with one leading space; runs of
+    whitespace), and each word's UTF-8 bytes are merged by rank. Any text
+    has ids (there is no unknown token), and `detokenize` gives back exactly
+    the text that was tokenized. Special tokens written in the text
+    (`"<|endoftext|>"`) are split like any text, so input cannot forge
+    them; their ids come from `token_to_id`. Runs in-graph: in
+    `tf.data.Dataset.map`, in `tf.function` and in SavedModels.
+
+    Args:
+        vocabulary: a dict token -> id (ids 0..N-1), or the path of a GPT-2
+            `vocab.json`. It must hold the 256 single-byte tokens.
+        merges: a list of `"left right"` strings (rank order), or the path
+            of a `merges.txt`.
+        sequence_length: if set, outputs are padded with 0 or truncated to
+            this length; otherwise batches give ragged ids.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: a string or a rank-1 batch of strings.
+
+    Returns:
+        int32 ids: `(B, None)` ragged, `(B, sequence_length)` dense, or `(T,)`
+        for a single string.
+
+    Examples:
+        >>> import keras_transformer as kt
+        >>> characters = kt.text.bytes_to_unicode()
+        >>> vocabulary = {c: i for i, c in enumerate(characters.values())}
+        >>> vocabulary.update({"Ġc": 256, "at": 257, "Ġcat": 258})
+        >>> tokenizer = kt.text.BytePairTokenizer(
+        ...     vocabulary, ["Ġ c", "a t", "Ġc at"])
+        >>> ids = tokenizer("a cat")
+        >>> ids.numpy().tolist()  # "a", " cat": their ids 64 and 258, plus 1
+        [65, 259]
+        >>> tokenizer.detokenize(ids).numpy().decode()
+        'a cat'
+
+    References:
+        Sennrich et al., "Neural Machine Translation of Rare Words with
+        Subword Units", 2016. Radford et al., "Language Models are
+        Unsupervised Multitask Learners", 2019.
+    """
+
+    def __init__(self, vocabulary, merges, sequence_length=None, **kwargs):
+        super().__init__(sequence_length=sequence_length, **kwargs)
+        vocabulary = read_vocabulary(vocabulary)
+        pairs = read_merges(merges)
+        tokens = sorted(vocabulary, key=vocabulary.get)
+        self._set_vocabulary([common.PAD, *tokens])  # our id = their id + 1
+        self._merges = [" ".join(pair) for pair in pairs]
+        to_byte = {c: b for b, c in bytes_to_unicode().items()}
+        byte_ids = []
+        for byte, character in bytes_to_unicode().items():
+            if character not in self._token_to_id:
+                raise ValueError(
+                    f"`vocabulary` must have the 256 byte tokens; byte {byte} "
+                    f"({character!r}) is missing. Received: vocabulary="
+                    f"{common.preview(tokens)}"
+                )
+            byte_ids.append(self._token_to_id[character])
+        # A token's bytes; a token that is not byte-level text (an added
+        # special token) stands for its own UTF-8 text.
+        token_bytes = [b""] + [
+            bytes(to_byte[c] for c in t) if all(c in to_byte for c in t) else t.encode()
+            for t in tokens
+        ]
+        size = len(self._vocabulary)
+        # Pair key (left id * size + right id) -> rank * size + merged id:
+        # one hash look-up gives both. A pair listed twice keeps its first rank.
+        table = {}
+        for rank, (left, right) in enumerate(pairs):
+            for token in (left, right, left + right):
+                if token not in self._token_to_id:
+                    raise ValueError(
+                        f"`merges` has the merge {left!r} {right!r} (rank {rank}), "
+                        f"but `vocabulary` lacks the token {token!r}."
+                    )
+            key = self._token_to_id[left] * size + self._token_to_id[right]
+            table.setdefault(key, rank * size + self._token_to_id[left + right])
+        self._size = size
+        table = table or {-1: -1}  # a table cannot be empty; no key is -1
+        self._pairs = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(list(table), tf.int64),
+                tf.constant(list(table.values()), tf.int64),
+            ),
+            default_value=-1,
+        )
+        self._byte_ids = tf.constant(byte_ids, tf.int64)
+        self._token_bytes = tf.constant(token_bytes, tf.string)
+
+    def _tokenize(self, strings):
+        words = _words(strings)  # (B, None) strings
+        unique, index = tf.unique(words.flat_values)
+        ids = self._merge(unique)  # (W, None)
+        ids = tf.gather(ids, index)
+        ids = words.with_flat_values(ids).merge_dims(1, 2)
+        return tf.cast(ids, tf.int32)
+
+    def _merge(self, words):
+        """BPE of each word: `(W,)` strings to `(W, None)` int64 ids.
+
+        Each token remembers the offset of its first byte; a word with no
+        pair left to merge writes its tokens there in `final` and leaves the
+        loop, so each step only works on the words still merging.
+        """
+        lengths = tf.strings.length(words)  # bytes
+        data = tf.io.decode_raw(tf.strings.reduce_join(words), tf.uint8)
+        values = tf.gather(self._byte_ids, tf.cast(data, tf.int32))  # (N,)
+        byte_rows = tf.repeat(tf.range(tf.size(words)), lengths)  # (N,)
+        offsets = tf.range(tf.size(values))
+
+        def body(values, rows, offsets, final):
+            # The rank of each adjacent pair within a word, or _NO_RANK.
+            query = values[:-1] * self._size + values[1:]  # (n - 1,)
+            found = self._pairs.lookup(query)
+            known = (found >= 0) & (rows[:-1] == rows[1:])
+            rank = tf.where(known, found // self._size, _NO_RANK)
+            best = tf.math.unsorted_segment_min(rank, rows[:-1], tf.size(words))
+            finished = tf.gather(best, rows) == _NO_RANK  # (n,), whole words
+            final = tf.tensor_scatter_nd_update(
+                final, offsets[finished][:, None], values[finished]
+            )
+            match = known & (rank == tf.gather(best, rows[:-1]))
+            # Consecutive matches are one pair repeated ("a a a"): merge the
+            # first now; the next step finds the rest (the reference merges
+            # them left to right in one pass, which gives the same tokens).
+            chosen = match & ~tf.concat([[False], match[:-1]], 0)
+            merged = tf.where(chosen, found % self._size, 0)
+            values = tf.where(
+                tf.concat([chosen, [False]], 0), tf.concat([merged, [0]], 0), values
+            )
+            keep = ~tf.concat([[False], chosen], 0) & ~finished
+            return values[keep], rows[keep], offsets[keep], final
+
+        def cond(values, rows, offsets, final):
+            return tf.size(values) > 0
+
+        unknown = tf.TensorShape([None])
+        *_, final = tf.while_loop(
+            cond,
+            body,
+            (values, byte_rows, offsets, tf.zeros_like(values)),
+            shape_invariants=(unknown, unknown, unknown, unknown),
+        )
+        kept = final > 0  # token ids are >= 1; 0 marks a merged-away byte
+        return tf.RaggedTensor.from_value_rowids(
+            final[kept],
+            tf.cast(byte_rows[kept], tf.int64),
+            nrows=tf.size(words, tf.int64),
+        )
+
+    def _detokenize(self, ids):
+        pieces = tf.gather(self._token_bytes, ids)
+        return common.replace_invalid_utf8(tf.strings.reduce_join(pieces, axis=-1))
+
+    def _unknown_id(self):
+        return None  # byte-level: every text has ids; bad ids are dropped
+
+    def get_merges(self):
+        """The merges as `"left right"` strings, in rank order."""
+        return list(self._merges)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "vocabulary": {t: i - 1 for i, t in enumerate(self._vocabulary) if i},
+                "merges": self.get_merges(),
+            }
+        )
+        return config
+
+
+def _words(strings):
+    """GPT-2's pre-tokenization: `(B,)` strings to `(B, None)` words.
+
+    GPT-2's pattern ends in `\\s+(?!\\S)|\\s+`: a run of whitespace before
+    a word leaves its last character to that word (a space joins it as
+    `" word"`; any other whitespace character becomes a word of its own).
+    RE2 has no look-ahead, so the runs are split off first and their last
+    character moved here.
+    """
+    pieces = tf_text.regex_split(strings, _SPACES, _SPACES)  # (B, None)
+    flat, text = pieces.flat_values, pieces.value_rowids()
+    spaces = tf.strings.regex_full_match(flat, _SPACES)
+    followed = tf.concat([text[1:] == text[:-1], [False]], 0)
+    split = spaces & followed  # whitespace that precedes a word
+    size = tf.strings.length(flat, unit="UTF8_CHAR")
+    head = tf.strings.substr(flat, tf.zeros_like(size), size - 1, unit="UTF8_CHAR")
+    last = tf.strings.substr(flat, size - 1, tf.ones_like(size), unit="UTF8_CHAR")
+    joins = split & (last == " ")
+    prefix = tf.where(tf.concat([[False], joins[:-1]], 0), " ", "")
+    first = tf.where(split, head, tf.strings.join([prefix, flat]))
+    second = tf.where(split & ~joins, last, "")
+    values = tf.reshape(tf.stack([first, second], 1), [-1])
+    rows = tf.repeat(text, 2)
+    keep = values != ""
+    pieces = tf.RaggedTensor.from_value_rowids(
+        values[keep], rows[keep], nrows=pieces.nrows()
+    )
+    words = tf_text.regex_split(pieces.flat_values, _WORD, _WORD)
+    return pieces.with_flat_values(words).merge_dims(1, 2)
