@@ -1,5 +1,6 @@
 """Reusable Transformer layers (keras.ops only, backend-portable)."""
 
+from keras_transformer.layers.activations import gelu_approximate
 from keras_transformer.layers.attention import (
     MultiHeadAttention,
     scaled_dot_product_attention,
@@ -16,6 +17,7 @@ __all__ = [
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "causal_mask",
+    "gelu_approximate",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
 ]

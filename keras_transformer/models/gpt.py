@@ -5,7 +5,12 @@ Shape legend: B batch, T sequence length, E hidden size, V vocabulary size.
 
 import keras
 
-from keras_transformer.layers import PositionalEmbedding, TransformerDecoderBlock
+from keras_transformer import _validation as validation
+from keras_transformer.layers import (
+    PositionalEmbedding,
+    TransformerDecoderBlock,
+    gelu_approximate,
+)
 from keras_transformer.models.common import (
     ModelMixin,
     check_sizes,
@@ -14,6 +19,8 @@ from keras_transformer.models.common import (
 )
 from keras_transformer.models.generative import CausalLM, empty_caches
 
+ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": gelu_approximate}
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class GPT2(ModelMixin, CausalLM):
@@ -21,7 +28,10 @@ class GPT2(ModelMixin, CausalLM):
 
     Token + learned position embeddings, pre-LN decoder blocks without
     cross-attention (GELU), a final LayerNorm, and logits through the
-    transposed token embedding (tied weights). Token id 0 is padding.
+    transposed token embedding (tied weights). Token id 0 is padding and is
+    never generated. OpenAI's GPT-2 checkpoints load with
+    `kt.models.from_pretrained` (their ids shifted by one, see
+    `docs/pretrained.md`).
 
     Args:
         vocabulary_size: number of token ids.
@@ -31,6 +41,10 @@ class GPT2(ModelMixin, CausalLM):
         intermediate_dim: feed-forward width (4·E in GPT-2).
         max_sequence_length: the context length.
         dropout: dropout rate (embeddings, residuals, attention).
+        activation: the feed-forward activation: `"gelu"` (exact, `x Φ(x)`)
+            or `"gelu_approximate"` (the tanh approximation that OpenAI's
+            GPT-2 and its checkpoints use, `kt.layers.gelu_approximate`).
+        layer_norm_epsilon: epsilon of every LayerNorm (GPT-2's is 1e-5).
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
@@ -71,8 +85,12 @@ class GPT2(ModelMixin, CausalLM):
         intermediate_dim=None,
         max_sequence_length=1024,
         dropout=0.1,
+        activation="gelu",
+        layer_norm_epsilon=1e-5,
         **kwargs,
     ):
+        validation.check_choice("activation", activation, tuple(ACTIVATIONS))
+        validation.check_rate("layer_norm_epsilon", layer_norm_epsilon)
         config = dict(
             vocabulary_size=vocabulary_size,
             num_layers=num_layers,
@@ -81,6 +99,8 @@ class GPT2(ModelMixin, CausalLM):
             intermediate_dim=intermediate_dim,
             max_sequence_length=max_sequence_length,
             dropout=dropout,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
         )
         check_sizes(config)
         # === Layers ===
@@ -100,9 +120,9 @@ class GPT2(ModelMixin, CausalLM):
                 num_heads,
                 intermediate_dim,
                 dropout=dropout,
-                activation="gelu",
+                activation=ACTIVATIONS[activation],
                 normalize_first=True,
-                layer_norm_epsilon=1e-5,
+                layer_norm_epsilon=layer_norm_epsilon,
                 cross_attention=False,
                 kernel_initializer=normal_initializer(),
                 name=f"transformer_layer_{i}",
@@ -110,7 +130,7 @@ class GPT2(ModelMixin, CausalLM):
             for i in range(num_layers)
         ]
         self.final_layer_norm = keras.layers.LayerNormalization(
-            epsilon=1e-5, name="final_layer_norm"
+            epsilon=layer_norm_epsilon, name="final_layer_norm"
         )
         # === Functional model ===
         token_ids = keras.Input((None,), dtype="int32", name="token_ids")
@@ -166,6 +186,8 @@ def gpt2(
     intermediate_dim=None,
     max_sequence_length=1024,
     dropout=0.1,
+    activation="gelu",
+    layer_norm_epsilon=1e-5,
 ):
     """Builds a `kt.models.GPT2` causal language model.
 
@@ -179,6 +201,9 @@ def gpt2(
         intermediate_dim: feed-forward width (4·E in GPT-2).
         max_sequence_length: the context length.
         dropout: dropout rate (embeddings, residuals, attention).
+        activation: `"gelu"` (exact) or `"gelu_approximate"` (tanh, as in
+            OpenAI's GPT-2).
+        layer_norm_epsilon: epsilon of every LayerNorm.
 
     Returns:
         A `kt.models.GPT2` mapping int `token_ids` `(B, T)` to float32 logits

@@ -10,20 +10,26 @@ import os
 
 from keras_transformer.models.bert import BERT
 from keras_transformer.models.bert_heads import BERTClassifier, BERTMaskedLM
-from keras_transformer.pretrained import bert, checkpoint
-from keras_transformer.text.pretrained import check_savable, save_tokenizer
+from keras_transformer.models.gpt import GPT2
+from keras_transformer.pretrained import bert, checkpoint, gpt2
+from keras_transformer.text.bpe import BytePairTokenizer
+from keras_transformer.text.pretrained import END, check_savable, save_tokenizer
+from keras_transformer.text.wordpiece import WordPieceTokenizer
 
-FAMILIES = {"bert": bert}
+FAMILIES = {"bert": bert, "gpt2": gpt2}
 
 
 def from_pretrained(path):
     """Loads a Hugging Face checkpoint folder as one of our models.
 
-    Supported now: `model_type: bert` (MiniLM and other BERT-shaped models
+    Supported: `model_type: bert` (MiniLM and other BERT-shaped models
     included): `BertModel` -> `kt.models.BERT`, `BertForMaskedLM` ->
     `kt.models.BERTMaskedLM`, `BertForSequenceClassification` ->
-    `kt.models.BERTClassifier`, by the config's `architectures`. Weights
-    are read with `safetensors` (no torch or transformers needed).
+    `kt.models.BERTClassifier`, by the config's `architectures`; and
+    `model_type: gpt2` (`GPT2LMHeadModel`, `GPT2Model`) -> `kt.models.GPT2`,
+    whose ids are GPT-2's plus one (id 0 is padding here), as the
+    folder's `kt.text.tokenizer_from_pretrained` gives them. Weights are
+    read with `safetensors` (no torch or transformers needed).
 
     Args:
         path: a local checkpoint folder.
@@ -62,26 +68,48 @@ def save_pretrained(model, path, tokenizer=None):
     """Writes `model` (and its tokenizer) as a Hugging Face checkpoint folder.
 
     The folder loads with `kt.models.from_pretrained` and with Hugging Face
-    `transformers` (`BertModel.from_pretrained(path)`).
+    `transformers` (`BertModel.from_pretrained(path)`,
+    `GPT2LMHeadModel.from_pretrained(path)`). A `GPT2`'s ids go back to
+    GPT-2's (minus one): its padding row 0 is dropped.
 
     Args:
-        model: a `kt.models.BERT`, `BERTMaskedLM` or `BERTClassifier`.
+        model: a `kt.models.BERT`, `BERTMaskedLM`, `BERTClassifier` or
+            `GPT2`.
         path: the folder to write (created if needed).
-        tokenizer: optionally a `kt.text.WordPieceTokenizer`, written as
-            `vocab.txt` and `tokenizer_config.json`.
+        tokenizer: optionally the model's tokenizer: a
+            `kt.text.WordPieceTokenizer` for BERT (written as `vocab.txt`
+            and `tokenizer_config.json`) or a `kt.text.BytePairTokenizer`
+            for GPT-2 (`vocab.json`, `merges.txt`, `tokenizer_config.json`).
 
     Returns:
         The folder's absolute path.
     """
-    if not isinstance(model, BERT | BERTMaskedLM | BERTClassifier):
+    if not isinstance(model, BERT | BERTMaskedLM | BERTClassifier | GPT2):
         raise ValueError(
-            "`model` must be a kt.models.BERT, BERTMaskedLM or BERTClassifier (the "
-            f"models save_pretrained writes so far). Received: model={model!r}"
+            "`model` must be a kt.models.BERT, BERTMaskedLM, BERTClassifier or "
+            f"GPT2. Received: model={model!r}"
         )
-    path = os.path.abspath(os.fspath(path))
+    is_gpt2 = isinstance(model, GPT2)
     if tokenizer is not None:
-        check_savable(tokenizer)
-    checkpoint.write_folder(path, *bert.export(model))
+        check_savable(tokenizer, BytePairTokenizer if is_gpt2 else WordPieceTokenizer)
+        if tokenizer.vocabulary_size() > _vocabulary_size(model):
+            raise ValueError(
+                f"`tokenizer` has {tokenizer.vocabulary_size()} ids but `model` "
+                f"only {_vocabulary_size(model)}: they do not belong together. "
+                f"Received: tokenizer={tokenizer!r}"
+            )
+    path = os.path.abspath(os.fspath(path))
+    if is_gpt2:
+        end = None
+        if tokenizer is not None and END in tokenizer.get_vocabulary():
+            end = tokenizer.token_to_id(END)
+        checkpoint.write_folder(path, *gpt2.export(model, end))
+    else:
+        checkpoint.write_folder(path, *bert.export(model))
     if tokenizer is not None:
         save_tokenizer(tokenizer, path)
     return path
+
+
+def _vocabulary_size(model):
+    return getattr(model, "backbone", model).vocabulary_size

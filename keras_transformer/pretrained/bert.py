@@ -17,6 +17,7 @@ import numpy as np
 
 from keras_transformer.models.bert import BERT
 from keras_transformer.models.bert_heads import BERTClassifier, BERTMaskedLM
+from keras_transformer.pretrained import checkpoint
 
 # Hugging Face config values our BERT computes exactly.
 SUPPORTED = {
@@ -183,35 +184,6 @@ def _key(weights, name):
     )
 
 
-def _assign(pairs, weights):
-    """Checks every tensor's name and shape, and that the checkpoint holds
-    nothing unused, then assigns them all (nothing is assigned on error)."""
-    values, used = [], set()
-    for name, variable, (to_ours, _) in pairs:
-        key = _key(weights, name)
-        used.add(key)
-        value = to_ours(weights[key])
-        if tuple(value.shape) != tuple(variable.shape):
-            raise ValueError(
-                f"Checkpoint tensor {key!r} has shape {weights[key].shape}, which "
-                f"disagrees with its config.json (expected {tuple(variable.shape)} "
-                "in our layout)."
-            )
-        values.append((variable, value))
-    unused = sorted(
-        key
-        for key in set(weights) - used
-        if not any(key.endswith(ignored) for ignored in IGNORED)
-    )
-    if unused:
-        raise ValueError(
-            f"The checkpoint has {len(unused)} tensor(s) this architecture does "
-            f"not use: {unused[:5]}"
-        )
-    for variable, value in values:
-        variable.assign(value)
-
-
 def _architecture(config):
     architecture = (config.get("architectures") or ["BertModel"])[0]
     if architecture not in ARCHITECTURES:
@@ -232,7 +204,7 @@ def build(config, weights):
     # BertForMaskedLM has no pooler: ours keeps its initial weights.
     pooler = architecture != "BertForMaskedLM"
     if architecture == "BertModel":
-        _assign(_pairs(backbone, pooler=pooler), weights)
+        checkpoint.assign(_pairs(backbone, pooler=pooler), weights, _key, IGNORED)
         return backbone
     if architecture == "BertForMaskedLM":
         model = BERTMaskedLM(backbone)
@@ -244,7 +216,9 @@ def build(config, weights):
         model = BERTClassifier(
             backbone, len(labels) or config.get("num_labels", 2), dropout=dropout
         )
-    _assign(_pairs(backbone, pooler=pooler) + _head_pairs(model), weights)
+    checkpoint.assign(
+        _pairs(backbone, pooler=pooler) + _head_pairs(model), weights, _key, IGNORED
+    )
     return model
 
 
@@ -268,8 +242,4 @@ def export(model):
         config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_classes)}
         config["label2id"] = {f"LABEL_{i}": i for i in range(model.num_classes)}
         config["classifier_dropout"] = model.dropout
-    tensors = {
-        name: np.ascontiguousarray(to_theirs(np.asarray(variable)))
-        for name, variable, (_, to_theirs) in pairs
-    }
-    return config, tensors
+    return config, checkpoint.tensors(pairs)

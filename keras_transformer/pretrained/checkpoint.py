@@ -5,6 +5,8 @@ read and written with the `safetensors` package's numpy API (no torch)."""
 import json
 import os
 
+import numpy as np
+
 INDEX = "model.safetensors.index.json"
 WEIGHTS = "model.safetensors"
 
@@ -66,3 +68,69 @@ def write_folder(path, config, weights):
         os.path.join(path, WEIGHTS),
         metadata={"format": "pt"},
     )
+
+
+def assign(pairs, weights, find_key, ignored=()):
+    """Assigns checkpoint tensors to our variables, all or none.
+
+    Args:
+        pairs: `(name, variables, (to_ours, to_theirs))` for every tensor:
+            `variables` is one variable, or a tuple of them that one tensor
+            is split into (`to_ours` then returns a tuple of arrays).
+        weights: the checkpoint's tensors by name.
+        find_key: `(weights, name) -> key`: the checkpoint's key for `name`
+            (prefixes and old names), or a ValueError naming it.
+        ignored: suffixes of keys that carry nothing (buffers, tied copies).
+
+    Raises:
+        ValueError: a tensor missing, of the wrong shape, or unused; checked
+            for every tensor before anything is assigned.
+    """
+    values, used = [], set()
+    for name, variables, (to_ours, _) in pairs:
+        key = find_key(weights, name)
+        used.add(key)
+        several = isinstance(variables, tuple)
+        try:
+            arrays = to_ours(weights[key])
+        except ValueError:  # a reshape that the shape does not allow
+            arrays = None
+        if not several:
+            variables, arrays = (variables,), (arrays,)
+        elif arrays is None:
+            arrays = (None,) * len(variables)
+        for variable, value in zip(variables, arrays, strict=True):
+            if value is None or tuple(value.shape) != tuple(variable.shape):
+                raise ValueError(
+                    f"Checkpoint tensor {key!r} has shape {weights[key].shape}, "
+                    "which disagrees with its config.json (expected "
+                    f"{tuple(variable.shape)} in our layout"
+                    + (f", {len(variables)} times" if several else "")
+                    + ")."
+                )
+            values.append((variable, value))
+    unused = sorted(
+        key
+        for key in set(weights) - used
+        if not any(key.endswith(suffix) for suffix in ignored)
+    )
+    if unused:
+        raise ValueError(
+            f"The checkpoint has {len(unused)} tensor(s) this architecture does "
+            f"not use: {unused[:5]}"
+        )
+    for variable, value in values:
+        variable.assign(value)
+
+
+def tensors(pairs):
+    """The checkpoint's tensors of `pairs` (as `assign` takes them), from
+    our variables' values."""
+    result = {}
+    for name, variables, (_, to_theirs) in pairs:
+        if isinstance(variables, tuple):
+            value = to_theirs(tuple(np.asarray(v) for v in variables))
+        else:
+            value = to_theirs(np.asarray(variables))
+        result[name] = np.ascontiguousarray(value)
+    return result

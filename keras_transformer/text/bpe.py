@@ -256,15 +256,20 @@ class BytePairTokenizer(Tokenizer):
                 final, offsets[finished][:, None], values[finished]
             )
             match = known & (rank == tf.gather(best, rows[:-1]))
-            # Consecutive matches are one pair repeated ("a a a"): merge the
-            # first now; the next step finds the rest (the reference merges
-            # them left to right in one pass, which gives the same tokens).
-            chosen = match & ~tf.concat([[False], match[:-1]], 0)
+            # Consecutive matches are one pair repeated ("a a a"): merge
+            # every other one from the start of the run, as the reference
+            # merges them left to right.
+            start = match & ~_previous(match)
+            run = tf.cumsum(tf.cast(start, tf.int32)) - 1
+            starts = tf.concat([tf.where(start)[:, 0], [0]], 0)
+            offset = tf.range(tf.size(match), dtype=tf.int64)
+            offset -= tf.gather(starts, tf.maximum(run, 0))
+            chosen = match & (offset % 2 == 0)
             merged = tf.where(chosen, found % self._size, 0)
             values = tf.where(
                 tf.concat([chosen, [False]], 0), tf.concat([merged, [0]], 0), values
             )
-            keep = ~tf.concat([[False], chosen], 0) & ~finished
+            keep = ~tf.concat([[False], chosen], 0) & ~finished  # (n,)
             return values[keep], rows[keep], offsets[keep], final
 
         def cond(values, rows, offsets, final):
@@ -318,13 +323,13 @@ def _words(strings):
     pieces = tf_text.regex_split(strings, _SPACES, _SPACES)  # (B, None)
     flat, text = pieces.flat_values, pieces.value_rowids()
     spaces = tf.strings.regex_full_match(flat, _SPACES)
-    followed = tf.concat([text[1:] == text[:-1], [False]], 0)
+    followed = tf.concat([text[1:] == text[:-1], [False]], 0)[: tf.size(text)]
     split = spaces & followed  # whitespace that precedes a word
     size = tf.strings.length(flat, unit="UTF8_CHAR")
     head = tf.strings.substr(flat, tf.zeros_like(size), size - 1, unit="UTF8_CHAR")
     last = tf.strings.substr(flat, size - 1, tf.ones_like(size), unit="UTF8_CHAR")
     joins = split & (last == " ")
-    prefix = tf.where(tf.concat([[False], joins[:-1]], 0), " ", "")
+    prefix = tf.where(_previous(joins), " ", "")
     first = tf.where(split, head, tf.strings.join([prefix, flat]))
     second = tf.where(split & ~joins, last, "")
     values = tf.reshape(tf.stack([first, second], 1), [-1])
@@ -335,3 +340,8 @@ def _words(strings):
     )
     words = tf_text.regex_split(pieces.flat_values, _WORD, _WORD)
     return pieces.with_flat_values(words).merge_dims(1, 2)
+
+
+def _previous(flags):
+    """Each element's predecessor's flag (False for the first)."""
+    return tf.concat([[False], flags], 0)[: tf.size(flags)]

@@ -1,0 +1,216 @@
+"""Hugging Face GPT-2 checkpoints (`model_type: gpt2`, `GPT2LMHeadModel` or
+`GPT2Model`) <-> `kt.models.GPT2`.
+
+Our GPT2 computes what Hugging Face's computes (pre-LN blocks, learned
+positions, the tanh GELU `gelu_new` with `activation="gelu_approximate"`,
+LayerNorm epsilon 1e-5, logits through the tied token embedding), so loading
+is a renaming and re-shaping of tensors:
+
+- GPT-2's `Conv1D` weights are already `(in, out)`, as Keras kernels are;
+- `c_attn` holds query, key and value side by side, `(E, 3E)`: it is split
+  into three `(E, H, D)` kernels, and `c_proj` becomes `(H, D, E)`;
+- ids: id 0 is padding in this library and GPT-2 has none, so our ids are
+  GPT-2's plus one. Our token embedding has one more row, row 0, which
+  loading sets to zeros; the samplers never choose id 0, and
+  `save_pretrained` drops the row again.
+
+Shape legend: V GPT-2's vocabulary size, E hidden size, H heads, D head size.
+"""
+
+import re
+
+import numpy as np
+
+from keras_transformer.models.gpt import GPT2
+from keras_transformer.pretrained import checkpoint
+
+ACTIVATIONS = {
+    "gelu_new": "gelu_approximate",
+    "gelu_pytorch_tanh": "gelu_approximate",
+    "gelu": "gelu",
+}
+# Hugging Face config values we compute exactly: key -> the allowed values.
+REQUIRED = {
+    "scale_attn_weights": (True,),
+    "scale_attn_by_inverse_layer_idx": (False,),
+    "add_cross_attention": (False,),
+    "tie_word_embeddings": (True,),
+}
+ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
+# The causal-mask buffers of older checkpoints carry no weights.
+BUFFER = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
+
+
+def config_to_arguments(config):
+    """`GPT2` constructor arguments from a Hugging Face `config.json`."""
+    architecture = (config.get("architectures") or ["GPT2LMHeadModel"])[0]
+    if architecture not in ARCHITECTURES:
+        raise ValueError(
+            f"Unsupported GPT-2 architecture (supported: {list(ARCHITECTURES)}). "
+            f"Received: architectures={config.get('architectures')!r}"
+        )
+    for key, allowed in REQUIRED.items():
+        if config.get(key, allowed[0]) not in allowed:
+            raise ValueError(
+                f"This GPT-2 checkpoint's `{key}` is not supported (supported: "
+                f"{list(allowed)}). Received: {key}={config.get(key)!r}"
+            )
+    activation = config.get("activation_function", "gelu_new")
+    if activation not in ACTIVATIONS:
+        raise ValueError(
+            "This GPT-2 checkpoint's `activation_function` is not supported "
+            f"(supported: {sorted(ACTIVATIONS)}). Received: "
+            f"activation_function={activation!r}"
+        )
+    hidden = config["n_embd"]
+    return dict(
+        vocabulary_size=config["vocab_size"] + 1,  # + our padding id 0
+        num_layers=config["n_layer"],
+        num_heads=config["n_head"],
+        hidden_dim=hidden,
+        intermediate_dim=config.get("n_inner") or 4 * hidden,
+        max_sequence_length=config["n_positions"],
+        dropout=config.get("resid_pdrop", 0.1),
+        activation=ACTIVATIONS[activation],
+        layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-5),
+    )
+
+
+def arguments_to_config(model, end_token_id=None):
+    """The Hugging Face `config.json` of a `GPT2` (`end_token_id` in our
+    ids, or None)."""
+    end = None if end_token_id is None else end_token_id - 1
+    return {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": model.vocabulary_size - 1,
+        "n_layer": model.num_layers,
+        "n_head": model.num_heads,
+        "n_embd": model.hidden_dim,
+        "n_inner": model.intermediate_dim,
+        "n_positions": model.max_sequence_length,
+        "resid_pdrop": model.dropout,
+        "embd_pdrop": model.dropout,
+        "attn_pdrop": model.dropout,
+        "activation_function": {"gelu_approximate": "gelu_new"}.get(
+            model.activation, "gelu"
+        ),
+        "layer_norm_epsilon": model.layer_norm_epsilon,
+        "tie_word_embeddings": True,
+        "bos_token_id": end,
+        "eos_token_id": end,
+        "initializer_range": 0.02,
+    }
+
+
+SAME = (lambda w: w, lambda w: w)
+# Our row 0 is padding: GPT-2's token t is our row t + 1.
+SHIFT = (
+    lambda w: np.concatenate([np.zeros_like(w[:1]), w]),
+    lambda w: w[1:],
+)
+
+
+def _norm(prefix, layer):
+    return [
+        (f"{prefix}.weight", layer.gamma, SAME),
+        (f"{prefix}.bias", layer.beta, SAME),
+    ]
+
+
+def _pairs(model):
+    """`(Hugging Face name, our variable(s), (to ours, to theirs))` for every
+    tensor of a `GPT2`."""
+    heads, size = model.num_heads, model.hidden_dim // model.num_heads
+    hidden = model.hidden_dim
+    fused = (  # (E, 3E) <-> 3 x (E, H, D)
+        lambda w: tuple(
+            w[:, j * hidden : (j + 1) * hidden].reshape(-1, heads, size)
+            for j in range(3)
+        ),
+        lambda ws: np.concatenate([w.reshape(w.shape[0], -1) for w in ws], 1),
+    )
+    fused_bias = (  # (3E,) <-> 3 x (H, D)
+        lambda b: tuple(
+            b[j * hidden : (j + 1) * hidden].reshape(heads, size) for j in range(3)
+        ),
+        lambda bs: np.concatenate([b.reshape(-1) for b in bs]),
+    )
+    merge = (lambda w: w.reshape(heads, size, -1), lambda w: w.reshape(-1, hidden))
+    tables = model.embeddings
+    pairs = [
+        ("wte.weight", tables.token_embedding.embeddings, SHIFT),
+        ("wpe.weight", tables.position_embeddings, SAME),
+    ]
+    for i, block in enumerate(model.blocks):
+        prefix = f"h.{i}"
+        attention = block.self_attention_layer
+        projections = (
+            attention.query_dense,
+            attention.key_dense,
+            attention.value_dense,
+        )
+        pairs += _norm(f"{prefix}.ln_1", block.self_attention_layer_norm)
+        pairs += [
+            (
+                f"{prefix}.attn.c_attn.weight",
+                tuple(p.kernel for p in projections),
+                fused,
+            ),
+            (
+                f"{prefix}.attn.c_attn.bias",
+                tuple(p.bias for p in projections),
+                fused_bias,
+            ),
+            (f"{prefix}.attn.c_proj.weight", attention.output_dense.kernel, merge),
+            (f"{prefix}.attn.c_proj.bias", attention.output_dense.bias, SAME),
+        ]
+        pairs += _norm(f"{prefix}.ln_2", block.feedforward_layer_norm)
+        for name, layer in [
+            ("c_fc", block.feedforward_intermediate_dense),
+            ("c_proj", block.feedforward_output_dense),
+        ]:
+            pairs += [
+                (f"{prefix}.mlp.{name}.weight", layer.kernel, SAME),
+                (f"{prefix}.mlp.{name}.bias", layer.bias, SAME),
+            ]
+    pairs += _norm("ln_f", model.final_layer_norm)
+    return pairs
+
+
+def _key(weights, name):
+    """The checkpoint's key for `name`: `GPT2LMHeadModel` checkpoints
+    written by `transformers` prefix `transformer.`; OpenAI's do not."""
+    for candidate in (f"transformer.{name}", name):
+        if candidate in weights:
+            return candidate
+    raise ValueError(
+        f"The checkpoint has no tensor {name!r} (nor 'transformer.{name}'); it "
+        "does not look like a GPT-2 checkpoint of its config.json's sizes."
+    )
+
+
+def build(config, weights):
+    """Our `GPT2` of a checkpoint, weights in place."""
+    model = GPT2(**config_to_arguments(config))
+    if "lm_head.weight" in weights:  # a tied copy of the token embedding
+        embedding = weights[_key(weights, "wte.weight")]
+        if weights["lm_head.weight"].shape != embedding.shape or not np.array_equal(
+            weights["lm_head.weight"], embedding
+        ):
+            raise ValueError(
+                "The checkpoint's 'lm_head.weight' differs from its token "
+                "embedding; kt.models.GPT2 ties the two (untied heads are not "
+                "supported)."
+            )
+    buffers = [key for key in weights if BUFFER.search(key)] + ["lm_head.weight"]
+    checkpoint.assign(_pairs(model), weights, _key, tuple(buffers))
+    return model
+
+
+def export(model, end_token_id=None):
+    """`(config, tensors)` of a `GPT2` in Hugging Face's names and layouts."""
+    tensors = checkpoint.tensors(
+        [(f"transformer.{name}", v, c) for name, v, c in _pairs(model)]
+    )
+    return arguments_to_config(model, end_token_id), tensors

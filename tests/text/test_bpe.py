@@ -1,0 +1,135 @@
+"""BytePairTokenizer: GPT-2's ids (plus one) on hard text, against
+GPT2Tokenizer's own (tests/fixtures/hf/gpt2_tokens.json, made by
+tests/fixtures/make_hf_fixtures.py with OpenAI's files); merges by rank on
+hand-made vocabularies; in-graph use and bad input."""
+
+import gzip
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from tests.helpers import to_numpy
+
+HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
+CHARACTERS = kt.text.bytes_to_unicode()
+
+
+def read(name):
+    with gzip.open(os.path.join(HF, "gpt2_tokenizer", f"{name}.gz"), "rt") as f:
+        return f.read()
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    vocabulary = json.loads(read("vocab.json"))
+    return kt.text.BytePairTokenizer(vocabulary, read("merges.txt").splitlines())
+
+
+def small(extra, merges, **kwargs):
+    """The 256 byte tokens (ids 0..255 in GPT-2's byte order) plus `extra`."""
+    vocabulary = {c: i for i, c in enumerate(CHARACTERS.values())}
+    for token in extra:
+        vocabulary[token] = len(vocabulary)
+    return kt.text.BytePairTokenizer(vocabulary, merges, **kwargs)
+
+
+def test_ids_are_gpt2_tokenizers_ids_plus_one_on_hard_text(gpt2):
+    with open(os.path.join(HF, "gpt2_tokens.json"), encoding="utf-8") as f:
+        ref = json.load(f)
+    ours = gpt2(ref["texts"]).to_list()
+    for text, theirs, mine in zip(ref["texts"], ref["ids"], ours, strict=True):
+        assert [i - 1 for i in mine] == theirs, repr(text)
+    back = gpt2.detokenize(gpt2(ref["texts"])).numpy()
+    assert [b.decode() for b in back] == ref["texts"]  # exactly the text
+
+
+def test_real_vocabulary_facts(gpt2):
+    assert gpt2.vocabulary_size() == 50257 + 1
+    assert gpt2.id_to_token(0) == "[PAD]" and gpt2.id_to_token(1) == "!"
+    assert gpt2.token_to_id("<|endoftext|>") == 50256 + 1
+    # Special tokens in the text are text: input cannot forge them.
+    assert 50257 not in to_numpy(gpt2("<|endoftext|>")).tolist()
+
+
+def test_lowest_rank_first_and_repeated_pairs_left_to_right():
+    # "b c" outranks "a b", so "abc" is a + bc, and "a bc" is no merge.
+    tokenizer = small(["bc", "ab"], ["b c", "a b"])
+    bc, ab, a = 257, 258, CHARACTERS_ID("a")
+    assert to_numpy(tokenizer("abc")).tolist() == [a, bc]
+    assert to_numpy(tokenizer("abab")).tolist() == [ab, ab]
+    # A pair repeated ("a a a a a"): merged left to right, then again.
+    tokenizer = small(["aa", "aaaa"], ["a a", "aa aa"])
+    assert to_numpy(tokenizer("aaaaa")).tolist() == [258, a]
+    assert to_numpy(tokenizer("aaa")).tolist() == [257, a]
+
+
+def CHARACTERS_ID(character):
+    return list(CHARACTERS.values()).index(character) + 1
+
+
+def test_words_split_as_gpt2_splits_them():
+    # Merges never cross words: "Ġ Ġ" joins spaces only inside a run, and the
+    # run's last space goes to the next word.
+    tokenizer = small(["ĠĠ", "Ġb", "bĠ"], ["Ġ Ġ", "Ġ b", "b Ġ"])
+    space, newline = CHARACTERS_ID("Ġ"), CHARACTERS_ID("Ċ")
+    a, b = CHARACTERS_ID("a"), CHARACTERS_ID("b")
+    assert to_numpy(tokenizer("a   b")).tolist() == [a, 257, 258]
+    assert to_numpy(tokenizer("a  \nb")).tolist() == [a, 257, newline, b]
+    assert to_numpy(tokenizer("b  ")).tolist() == [b, 257]  # trailing run whole
+    assert to_numpy(tokenizer("'s 's")).tolist() == [
+        CHARACTERS_ID("'"), CHARACTERS_ID("s"), space, CHARACTERS_ID("'"),
+        CHARACTERS_ID("s"),
+    ]  # fmt: skip
+
+
+def test_in_graph_padding_saving_and_detokenize(tmp_path):
+    tokenizer = small(["Ġc", "at", "Ġcat"], ["Ġ c", "a t", "Ġc at"], sequence_length=4)
+    expected = [[CHARACTERS_ID("a"), 259, 0, 0], [259, 259, 0, 0]]
+    dataset = tf.data.Dataset.from_tensor_slices(["a cat", " cat cat"]).batch(2)
+    assert next(iter(dataset.map(tokenizer))).numpy().tolist() == expected
+    model = keras.Sequential([keras.Input((), dtype="string"), tokenizer])
+    model.save(tmp_path / "t.keras")
+    loaded = keras.saving.load_model(tmp_path / "t.keras")
+    assert to_numpy(loaded(tf.constant(["a cat", " cat cat"]))).tolist() == expected
+    module = tf.Module()
+    module.tokenizer = tokenizer
+    module.f = tf.function(
+        tokenizer.tokenize, input_signature=[tf.TensorSpec([None], tf.string)]
+    )
+    tf.saved_model.save(module, str(tmp_path / "saved"))
+    served = tf.saved_model.load(str(tmp_path / "saved"))
+    assert served.f(tf.constant(["a cat", " cat cat"])).numpy().tolist() == expected
+    # Padding and ids outside the vocabulary are dropped.
+    text = tokenizer.detokenize([[259, 0, 999, -3, 259]]).numpy().tolist()
+    assert text == [b" cat cat"]
+
+
+def test_bad_input(tmp_path):
+    vocabulary = {c: i for i, c in enumerate(CHARACTERS.values())}
+    with pytest.raises(ValueError, match="256 byte tokens; byte 97"):
+        kt.text.BytePairTokenizer(
+            {c: i for i, c in enumerate(c for c in vocabulary if c != "a")}, []
+        )
+    with pytest.raises(ValueError, match="line 2 must be two tokens.*'a b c'"):
+        kt.text.BytePairTokenizer(vocabulary, ["a b", "a b c"])
+    with pytest.raises(ValueError, match="lacks the token 'ab'"):
+        kt.text.BytePairTokenizer(vocabulary, ["a b"])
+    with pytest.raises(ValueError, match="ids 0..N-1"):
+        kt.text.BytePairTokenizer({**vocabulary, "ab": 7}, [])
+    with pytest.raises(FileNotFoundError, match="vocab.json"):
+        kt.text.BytePairTokenizer(tmp_path / "vocab.json", [])
+    (tmp_path / "vocab.json").write_text("{not json")
+    with pytest.raises(ValueError, match="vocab.json.*malformed"):
+        kt.text.BytePairTokenizer(tmp_path / "vocab.json", [])
+    with pytest.raises(FileNotFoundError, match="`merges` file not found: 'a b'"):
+        kt.text.BytePairTokenizer(vocabulary, "a b")  # a string is a path
+    with pytest.raises(ValueError, match="`merges` must be.*merges=5"):
+        kt.text.BytePairTokenizer(vocabulary, 5)
+    np.testing.assert_array_equal(
+        to_numpy(kt.text.BytePairTokenizer(vocabulary, [])("")), []
+    )
