@@ -1,7 +1,9 @@
 """Loading a Hugging Face checkpoint: time and memory next to safetensors alone.
 
-A BERT-base-shaped checkpoint (12 layers, 768 hidden, 110M parameters, random
-weights) is written once by `kt.models.save_pretrained` (not committed). Then,
+A BERT-base-shaped checkpoint (12 layers, 768 hidden, 110M parameters), or
+with `--model gpt2` a GPT-2-small-shaped one (12 layers, 768 hidden, 124M
+parameters), random weights, is written once by `kt.models.save_pretrained`
+(not committed). Then,
 each in a fresh process, `--repeats` times, interleaved:
 
 - `safetensors`: `safetensors.numpy.load_file` of the weights alone;
@@ -13,7 +15,7 @@ Reported: medians of wall time and peak RSS, and the issue's goals as ratios:
 ours / safetensors time (goal <= 2) and (ours - baseline) peak RSS / the
 checkpoint's size (goal <= 2).
 
-    python benchmarks/pretrained.py [--folder /tmp/bert_base_random]
+    python benchmarks/pretrained.py [--model bert|gpt2] [--folder FOLDER]
 """
 
 import argparse
@@ -37,7 +39,10 @@ else:
     if kind == "ours":
         model = kt.models.from_pretrained(folder)
         ids = np.arange(1, 17)[None]
-        model({"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": ids > 0})
+        if isinstance(model, kt.models.GPT2):
+            model(ids)
+        else:
+            model({"token_ids": ids, "segment_ids": 0 * ids, "padding_mask": ids > 0})
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the parent.
 with open("/proc/self/status") as f:
     peak = next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
@@ -59,14 +64,18 @@ def run(kind, folder):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--folder", default="/tmp/bert_base_random")
+    parser.add_argument("--model", choices=("bert", "gpt2"), default="bert")
+    parser.add_argument("--folder", help="default: /tmp/<model>_base_random")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    args.folder = args.folder or f"/tmp/{args.model}_base_random"
     weights = os.path.join(args.folder, "model.safetensors")
     if not os.path.isfile(weights):
         import keras_transformer as kt
 
-        kt.models.save_pretrained(kt.models.bert("bert_base"), args.folder)
+        preset = {"bert": "bert_base", "gpt2": "gpt2_small"}[args.model]
+        model = getattr(kt.models, args.model)(preset)
+        kt.models.save_pretrained(model, args.folder)
     size_mb = os.path.getsize(weights) / 2**20
     results = {"safetensors": [], "ours": [], "baseline": []}
     for _ in range(args.repeats):

@@ -35,6 +35,13 @@ _WORD = (
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"
     rf"| ?[^{_SPACE}\p{{L}}\p{{N}}]+"
 )
+# The same pattern for ASCII text, which RE2 runs about twice as fast: on
+# ASCII, `\p{L}` is `[A-Za-z]`, `\p{N}` is `[0-9]` and White_Space is
+# `[\t\n\v\f\r ]`.
+_ASCII_WORD = (
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+"
+    r"| ?[^\t\n\x0b\x0c\r A-Za-z0-9]+"
+)
 _NO_RANK = 2**63 - 1
 
 
@@ -338,8 +345,25 @@ def _words(strings):
     pieces = tf.RaggedTensor.from_value_rowids(
         values[keep], rows[keep], nrows=pieces.nrows()
     )
-    words = tf_text.regex_split(pieces.flat_values, _WORD, _WORD)
+    words = _split_words(pieces.flat_values)
     return pieces.with_flat_values(words).merge_dims(1, 2)
+
+
+def _split_words(pieces):
+    """`_WORD` splits of `(N,)` pieces, `(N, None)`: ASCII pieces by the
+    faster `_ASCII_WORD`, the others by `_WORD`, back in their order."""
+    ascii = tf.strings.regex_full_match(pieces, r"[\x00-\x7f]*")
+    positions = tf.range(tf.size(pieces))
+    fast, slow = positions[ascii], positions[~ascii]
+    words = tf.concat(
+        [
+            tf_text.regex_split(tf.gather(pieces, fast), _ASCII_WORD, _ASCII_WORD),
+            tf_text.regex_split(tf.gather(pieces, slow), _WORD, _WORD),
+        ],
+        axis=0,
+    )
+    order = tf.math.invert_permutation(tf.concat([fast, slow], 0))
+    return tf.gather(words, order)
 
 
 def _previous(flags):
