@@ -249,3 +249,37 @@ def test_all_minilm_l6_v2_sentence_embeddings_match_the_reference(tmp_path):
     served = encode(text=tf.constant(sentences))["mean_pooled_output"].numpy()
     served /= np.linalg.norm(served, axis=-1, keepdims=True)
     np.testing.assert_allclose(served, ref["embeddings"], atol=2e-5)
+
+
+@pytest.mark.slow
+def test_fine_tuned_imported_bert_exports_as_a_string_classifier(tmp_path):
+    import keras
+    import tensorflow as tf
+
+    from tests.helpers import run_export_test
+
+    tokenizer = kt.text.tokenizer_from_pretrained(TINY)
+    backbone = kt.models.from_pretrained(TINY)
+    classifier = kt.models.BERTClassifier(backbone, 2, dropout=0.0)
+    texts = ["the quick brown fox", "hello world !", "a lazy dog", "hello , world"]
+    labels = [0, 1, 0, 1]
+
+    def batches(repeat):
+        data = tf.data.Dataset.from_tensor_slices((texts * repeat, labels * repeat))
+        return kt.text.classification_dataset(data, tokenizer, 8, 4)
+
+    classifier.compile(
+        optimizer=keras.optimizers.Adam(1e-2),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    history = classifier.fit(batches(4), epochs=3, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    path = kt.export.export_classifier(
+        classifier, tokenizer, tmp_path / "classifier", ["fox", "hello"], 8
+    )
+    request = {"text": np.array(texts, dtype=object)}
+    _, (out,) = run_export_test(path, [("classify", request)], tmp_path)
+    features, _ = next(iter(batches(1)))
+    expected = to_numpy(keras.ops.softmax(classifier(features)))
+    np.testing.assert_allclose(out["probabilities"], expected, atol=1e-6)
+    assert out["label"].tolist() == [[b"fox", b"hello"][i] for i in expected.argmax(-1)]
