@@ -171,8 +171,8 @@ class BytePairTokenizer(Tokenizer):
         >>> tokenizer = kt.text.BytePairTokenizer(
         ...     vocabulary, ["Ġ c", "a t", "Ġc at"])
         >>> ids = tokenizer("a cat")
-        >>> ids.numpy().tolist()  # "a", " cat": their ids 64 and 258, plus 1
-        [65, 259]
+        >>> ids.numpy().tolist()  # "a", " cat": their ids 97 and 258, plus 1
+        [98, 259]
         >>> tokenizer.detokenize(ids).numpy().decode()
         'a cat'
 

@@ -124,3 +124,29 @@ def test_bert_heads_share_the_backbone_layers_and_round_trip(tmp_path):
     assert type(restored) is kt.models.BERTMaskedLM
     with pytest.raises(ValueError, match="backbone="):
         kt.models.BERTClassifier(tiny("gpt2"), 2)
+
+
+def test_gpt2_activation_and_layer_norm_epsilon_are_constructor_arguments(tmp_path):
+    from tests.helpers import np_gelu_tanh
+
+    x = np.linspace(-4, 4, 17).astype("float32")
+    np.testing.assert_allclose(
+        to_numpy(kt.layers.gelu_approximate(x)), np_gelu_tanh(x), atol=1e-6
+    )
+    sizes = dict(num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16)
+    model = kt.models.GPT2(
+        20, **sizes, max_sequence_length=8, activation="gelu_approximate",
+        layer_norm_epsilon=1e-3,
+    )  # fmt: skip
+    assert model.blocks[0].activation is kt.layers.gelu_approximate
+    assert model.final_layer_norm.epsilon == 1e-3
+    ids = np.array([[3, 4, 5]])
+    model.save(tmp_path / "m.keras")
+    loaded = keras.saving.load_model(tmp_path / "m.keras")
+    assert (loaded.activation, loaded.layer_norm_epsilon) == ("gelu_approximate", 1e-3)
+    np.testing.assert_array_equal(to_numpy(loaded(ids)), to_numpy(model(ids)))
+    exact = kt.models.GPT2(20, **sizes, max_sequence_length=8)
+    exact.set_weights(model.get_weights())
+    assert not np.allclose(to_numpy(exact(ids)), to_numpy(model(ids)), atol=1e-6)
+    with pytest.raises(ValueError, match="activation.*Received: activation='relu'"):
+        kt.models.GPT2(20, **sizes, activation="relu")
