@@ -24,12 +24,10 @@ import argparse
 import gzip
 import json
 import pathlib
-import statistics
-import time
 
 import keras_hub
-import numpy as np
 import tensorflow as tf
+from tokenizer_race import race
 
 import keras_transformer as kt
 
@@ -61,13 +59,6 @@ def read(folder, name):
         return f.read()
 
 
-def timed_pass(function, batches):
-    start = time.perf_counter()
-    for batch in batches:
-        function(batch)
-    return time.perf_counter() - start
-
-
 def main():
     args = parse_args()
     lines = [line for line in pathlib.Path(args.path).read_text().splitlines()]
@@ -82,36 +73,14 @@ def main():
         "ours": tf.function(lambda x: ours.tokenize(x) - 1),
         "keras-hub": tf.function(hub.tokenize),
     }
-    batches = [
-        tf.constant(lines[i : i + args.batch_size])
-        for i in range(0, len(lines), args.batch_size)
-    ]
-    same = np.mean(
-        [
-            a == b
-            for batch in batches
-            for a, b in zip(
-                functions["ours"](batch).to_list(),
-                functions["keras-hub"](batch).to_list(),
-                strict=True,
-            )
-        ]
-    )
-    times = {name: [] for name in functions}
-    for step in range(args.warmup + args.passes):
-        for name, function in functions.items():
-            seconds = timed_pass(function, batches)
-            if step >= args.warmup:
-                times[name].append(seconds)
+    same, speed = race(functions, lines, args.batch_size, args.passes, args.warmup)
     print(
         f"{len(lines):,} lines of {pathlib.Path(args.path).name}, vocabulary "
         f"{len(vocabulary):,}, {len(merges):,} merges, batch {args.batch_size}, "
         f"median of {args.passes} passes; identical ids on {same:.2%} of lines"
     )
-    speed = {}
-    for name, seconds in times.items():
-        speed[name] = len(lines) / statistics.median(seconds)
-        print(f"{name:>10}: {speed[name]:>12,.0f} lines/s")
+    for name, value in speed.items():
+        print(f"{name:>10}: {value:>12,.0f} lines/s")
     print(f"ratio ours / keras-hub: {speed['ours'] / speed['keras-hub']:.2f}x")
 
 

@@ -22,12 +22,10 @@ Run it with `python benchmarks/text.py` (`--smoke` for a tiny check);
 
 import argparse
 import pathlib
-import statistics
-import time
 
 import keras_hub
-import numpy as np
 import tensorflow as tf
+from tokenizer_race import race
 
 import keras_transformer as kt
 
@@ -44,13 +42,6 @@ def parse_args():
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--smoke", action="store_true", help="a tiny, fast run")
     return parser.parse_args()
-
-
-def timed_pass(function, batches):
-    start = time.perf_counter()
-    for batch in batches:
-        function(batch)
-    return time.perf_counter() - start
 
 
 def main():
@@ -70,36 +61,14 @@ def main():
         "ours": tf.function(ours.tokenize),
         "keras-hub": tf.function(hub.tokenize),
     }
-    batches = [
-        tf.constant(lines[i : i + args.batch_size])
-        for i in range(0, len(lines), args.batch_size)
-    ]
-    same = np.mean(
-        [
-            a == b
-            for batch in batches
-            for a, b in zip(
-                functions["ours"](batch).to_list(),
-                functions["keras-hub"](batch).to_list(),
-                strict=True,
-            )
-        ]
-    )
-    times = {name: [] for name in functions}
-    for step in range(args.warmup + args.passes):
-        for name, function in functions.items():
-            seconds = timed_pass(function, batches)
-            if step >= args.warmup:
-                times[name].append(seconds)
+    same, speed = race(functions, lines, args.batch_size, args.passes, args.warmup)
     print(
         f"{len(lines):,} lines of {pathlib.Path(args.path).name}, vocabulary "
         f"{len(vocabulary):,}, batch {args.batch_size}, median of {args.passes} "
         f"passes; identical ids on {same:.2%} of lines"
     )
-    speed = {}
-    for name, seconds in times.items():
-        speed[name] = len(lines) / statistics.median(seconds)
-        print(f"{name:>10}: {speed[name]:>12,.0f} sentences/s")
+    for name, value in speed.items():
+        print(f"{name:>10}: {value:>12,.0f} sentences/s")
     print(f"ratio ours / keras-hub: {speed['ours'] / speed['keras-hub']:.2f}x")
 
 
