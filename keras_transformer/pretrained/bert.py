@@ -17,6 +17,7 @@ import numpy as np
 
 from keras_transformer.models.bert import BERT
 from keras_transformer.models.bert_heads import BERTClassifier, BERTMaskedLM
+from keras_transformer.models.common import normal_initializer, placeholder_weights
 from keras_transformer.pretrained import checkpoint
 
 # Hugging Face config values our BERT computes exactly.
@@ -200,25 +201,28 @@ ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForSequenceClassification"
 def build(config, weights):
     """Our model of a checkpoint: `BERT`, `BERTMaskedLM` or `BERTClassifier`."""
     architecture = _architecture(config)
-    backbone = BERT(**config_to_arguments(config))
-    # BertForMaskedLM has no pooler: ours keeps its initial weights.
+    with placeholder_weights():  # every weight is assigned below
+        backbone = BERT(**config_to_arguments(config))
+        if architecture == "BertModel":
+            model = backbone
+        elif architecture == "BertForMaskedLM":
+            model = BERTMaskedLM(backbone)
+        else:
+            labels = config.get("id2label") or {}
+            dropout = config.get("classifier_dropout")
+            if dropout is None:
+                dropout = config.get("hidden_dropout_prob", 0.1)
+            model = BERTClassifier(
+                backbone, len(labels) or config.get("num_labels", 2), dropout=dropout
+            )
+    # BertForMaskedLM has no pooler: ours gets fresh initial weights.
     pooler = architecture != "BertForMaskedLM"
-    if architecture == "BertModel":
-        checkpoint.assign(_pairs(backbone, pooler=pooler), weights, _key, IGNORED)
-        return backbone
-    if architecture == "BertForMaskedLM":
-        model = BERTMaskedLM(backbone)
-    else:
-        labels = config.get("id2label") or {}
-        dropout = config.get("classifier_dropout")
-        if dropout is None:
-            dropout = config.get("hidden_dropout_prob", 0.1)
-        model = BERTClassifier(
-            backbone, len(labels) or config.get("num_labels", 2), dropout=dropout
-        )
     checkpoint.assign(
         _pairs(backbone, pooler=pooler) + _head_pairs(model), weights, _key, IGNORED
     )
+    if not pooler:
+        kernel = backbone.pooled_dense.kernel
+        kernel.assign(normal_initializer()(kernel.shape, kernel.dtype))
     return model
 
 

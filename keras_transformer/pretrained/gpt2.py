@@ -21,6 +21,7 @@ import re
 
 import numpy as np
 
+from keras_transformer.models.common import placeholder_weights
 from keras_transformer.models.gpt import GPT2
 from keras_transformer.pretrained import checkpoint
 
@@ -192,12 +193,14 @@ def _key(weights, name):
 
 def build(config, weights):
     """Our `GPT2` of a checkpoint, weights in place."""
-    model = GPT2(**config_to_arguments(config))
+    with placeholder_weights():  # every weight is assigned below
+        model = GPT2(**config_to_arguments(config))
     if "lm_head.weight" in weights:  # a tied copy of the token embedding
-        embedding = weights[_key(weights, "wte.weight")]
-        if weights["lm_head.weight"].shape != embedding.shape or not np.array_equal(
-            weights["lm_head.weight"], embedding
-        ):
+        head, embedding = (
+            weights["lm_head.weight"],
+            weights[_key(weights, "wte.weight")],
+        )
+        if head.shape != embedding.shape or not np.array_equal(head, embedding):
             raise ValueError(
                 "The checkpoint's 'lm_head.weight' differs from its token "
                 "embedding; kt.models.GPT2 ties the two (untied heads are not "
