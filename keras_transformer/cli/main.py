@@ -33,6 +33,8 @@ class CommandError(Exception):
 def _check_output(output, overwrite):
     output = os.path.abspath(output)
     parent = os.path.dirname(output)
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise CommandError(f"--output {output} is a file, not a folder")
     if os.path.exists(output) and os.listdir(output) and not overwrite:
         raise CommandError(f"output folder {output} is not empty (use --overwrite)")
     if not os.path.isdir(parent):

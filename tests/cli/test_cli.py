@@ -202,6 +202,12 @@ def test_errors_are_one_line_and_write_nothing(tmp_path):
     assert occupied.returncode == 2 and "not empty" in occupied.stderr
     nowhere = run("train", "gpt2", "--output", str(tmp_path / "missing" / "out"))
     assert nowhere.returncode == 2 and "does not exist" in nowhere.stderr
+    (tmp_path / "file").write_text("x")  # --output naming a file
+    a_file = run("train", "gpt2", "--output", str(tmp_path / "file"))
+    assert a_file.returncode == 2
+    assert a_file.stderr.strip().splitlines()[-1].endswith("is a file, not a folder")
+    assert (tmp_path / "file").read_text() == "x"
+    os.remove(tmp_path / "file")
     no_model = run("generate", "--model", str(tmp_path), "hello")
     assert no_model.returncode == 2 and "no exported model" in no_model.stderr
     assert sorted(os.listdir(tmp_path)) == ["bad.tsv", "busy"]
