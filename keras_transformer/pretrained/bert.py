@@ -30,13 +30,7 @@ LAYER_NORM_EPSILON = 1e-12
 
 def config_to_arguments(config):
     """`BERT` constructor arguments from a Hugging Face `config.json`."""
-    for key, allowed in SUPPORTED.items():
-        value = config.get(key, allowed[0])
-        if value not in allowed:
-            raise ValueError(
-                f"This BERT checkpoint's `{key}` is not supported (supported: "
-                f"{list(allowed)}). Received: {key}={value!r}"
-            )
+    checkpoint.check_supported(config, "BERT", SUPPORTED)
     epsilon = config.get("layer_norm_eps", LAYER_NORM_EPSILON)
     if not np.isclose(epsilon, LAYER_NORM_EPSILON, rtol=0, atol=1e-15):
         raise ValueError(
@@ -77,15 +71,8 @@ def arguments_to_config(model, architecture="BertModel"):
     }
 
 
-SAME = (lambda w: w, lambda w: w)
+SAME = checkpoint.SAME
 LINEAR = (lambda w: w.T, lambda w: w.T)
-
-
-def _norm(prefix, layer):
-    return [
-        (f"{prefix}.weight", layer.gamma, SAME),
-        (f"{prefix}.bias", layer.beta, SAME),
-    ]
 
 
 def _dense(prefix, layer, converter=LINEAR, bias=SAME):
@@ -100,7 +87,9 @@ def _head_pairs(model):
     if isinstance(model, BERTMaskedLM):
         return [
             *_dense("cls.predictions.transform.dense", model.mlm_dense),
-            *_norm("cls.predictions.transform.LayerNorm", model.mlm_layer_norm),
+            *checkpoint.norm_pairs(
+                "cls.predictions.transform.LayerNorm", model.mlm_layer_norm
+            ),
             ("cls.predictions.bias", model.mlm_bias.bias, SAME),
         ]
     if isinstance(model, BERTClassifier):
@@ -113,7 +102,7 @@ def _pairs(model, pooler=True):
     tensor of a `BERT`; the converters map numpy arrays between the two
     layouts."""
     heads, size = model.num_heads, model.hidden_dim // model.num_heads
-    same, norm, dense = SAME, _norm, _dense
+    same, norm, dense = SAME, checkpoint.norm_pairs, _dense
     split = (
         lambda w: w.T.reshape(-1, heads, size),  # (E, E) -> (E, H, D)
         lambda w: w.reshape(w.shape[0], -1).T,
@@ -185,22 +174,12 @@ def _key(weights, name):
     )
 
 
-def _architecture(config):
-    architecture = (config.get("architectures") or ["BertModel"])[0]
-    if architecture not in ARCHITECTURES:
-        raise ValueError(
-            f"Unsupported BERT architecture (supported: {sorted(ARCHITECTURES)}). "
-            f"Received: architectures={config.get('architectures')!r}"
-        )
-    return architecture
-
-
 ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForSequenceClassification")
 
 
 def build(config, weights):
     """Our model of a checkpoint: `BERT`, `BERTMaskedLM` or `BERTClassifier`."""
-    architecture = _architecture(config)
+    architecture = checkpoint.check_architecture(config, "BERT", ARCHITECTURES)
     with placeholder_weights():  # every weight is assigned below
         backbone = BERT(**config_to_arguments(config))
         if architecture == "BertModel":

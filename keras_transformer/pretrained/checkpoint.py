@@ -70,6 +70,43 @@ def write_folder(path, config, weights):
     )
 
 
+# Converters `(to ours, to theirs)` between checkpoint and Keras layouts.
+SAME = (lambda w: w, lambda w: w)
+
+
+def norm_pairs(name, layer):
+    """The two tensors of a LayerNorm, `{name}.weight` and `{name}.bias`."""
+    return [
+        (f"{name}.weight", layer.gamma, SAME),
+        (f"{name}.bias", layer.beta, SAME),
+    ]
+
+
+def check_architecture(config, family, architectures):
+    """The config's first `architectures` entry (default the first of
+    `architectures`), or a ValueError listing the supported ones."""
+    architecture = (config.get("architectures") or [architectures[0]])[0]
+    if architecture not in architectures:
+        raise ValueError(
+            f"Unsupported {family} architecture (supported: {list(architectures)}). "
+            f"Received: architectures={config.get('architectures')!r}"
+        )
+    return architecture
+
+
+def check_supported(config, family, supported):
+    """Each `key: allowed values` of `supported` holds in the config (a
+    missing key takes its first allowed value), or a ValueError naming the
+    key and value."""
+    for key, allowed in supported.items():
+        value = config.get(key, allowed[0])
+        if value not in allowed:
+            raise ValueError(
+                f"This {family} checkpoint's `{key}` is not supported (supported: "
+                f"{list(allowed)}). Received: {key}={value!r}"
+            )
+
+
 def assign(pairs, weights, find_key, ignored=()):
     """Assigns checkpoint tensors to our variables, all or none.
 

@@ -44,25 +44,11 @@ BUFFER = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
 
 def config_to_arguments(config):
     """`GPT2` constructor arguments from a Hugging Face `config.json`."""
-    architecture = (config.get("architectures") or ["GPT2LMHeadModel"])[0]
-    if architecture not in ARCHITECTURES:
-        raise ValueError(
-            f"Unsupported GPT-2 architecture (supported: {list(ARCHITECTURES)}). "
-            f"Received: architectures={config.get('architectures')!r}"
-        )
-    for key, allowed in REQUIRED.items():
-        if config.get(key, allowed[0]) not in allowed:
-            raise ValueError(
-                f"This GPT-2 checkpoint's `{key}` is not supported (supported: "
-                f"{list(allowed)}). Received: {key}={config.get(key)!r}"
-            )
+    checkpoint.check_architecture(config, "GPT-2", ARCHITECTURES)
+    checkpoint.check_supported(
+        config, "GPT-2", {**REQUIRED, "activation_function": tuple(ACTIVATIONS)}
+    )
     activation = config.get("activation_function", "gelu_new")
-    if activation not in ACTIVATIONS:
-        raise ValueError(
-            "This GPT-2 checkpoint's `activation_function` is not supported "
-            f"(supported: {sorted(ACTIVATIONS)}). Received: "
-            f"activation_function={activation!r}"
-        )
     hidden = config["n_embd"]
     return dict(
         vocabulary_size=config["vocab_size"] + 1,  # + our padding id 0
@@ -104,19 +90,12 @@ def arguments_to_config(model, end_token_id=None):
     }
 
 
-SAME = (lambda w: w, lambda w: w)
+SAME = checkpoint.SAME
 # Our row 0 is padding: GPT-2's token t is our row t + 1.
 SHIFT = (
     lambda w: np.concatenate([np.zeros_like(w[:1]), w]),
     lambda w: w[1:],
 )
-
-
-def _norm(prefix, layer):
-    return [
-        (f"{prefix}.weight", layer.gamma, SAME),
-        (f"{prefix}.bias", layer.beta, SAME),
-    ]
 
 
 def _pairs(model):
@@ -151,7 +130,9 @@ def _pairs(model):
             attention.key_dense,
             attention.value_dense,
         )
-        pairs += _norm(f"{prefix}.ln_1", block.self_attention_layer_norm)
+        pairs += checkpoint.norm_pairs(
+            f"{prefix}.ln_1", block.self_attention_layer_norm
+        )
         pairs += [
             (
                 f"{prefix}.attn.c_attn.weight",
@@ -166,7 +147,7 @@ def _pairs(model):
             (f"{prefix}.attn.c_proj.weight", attention.output_dense.kernel, merge),
             (f"{prefix}.attn.c_proj.bias", attention.output_dense.bias, SAME),
         ]
-        pairs += _norm(f"{prefix}.ln_2", block.feedforward_layer_norm)
+        pairs += checkpoint.norm_pairs(f"{prefix}.ln_2", block.feedforward_layer_norm)
         for name, layer in [
             ("c_fc", block.feedforward_intermediate_dense),
             ("c_proj", block.feedforward_output_dense),
@@ -175,7 +156,7 @@ def _pairs(model):
                 (f"{prefix}.mlp.{name}.weight", layer.kernel, SAME),
                 (f"{prefix}.mlp.{name}.bias", layer.bias, SAME),
             ]
-    pairs += _norm("ln_f", model.final_layer_norm)
+    pairs += checkpoint.norm_pairs("ln_f", model.final_layer_norm)
     return pairs
 
 
