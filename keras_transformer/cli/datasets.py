@@ -1,16 +1,78 @@
-"""Small generated corpora that ship with the package (no download, no files).
+"""The corpora `keras-transformer train` uses without `--data`, and the
+readers of the files it is given.
 
-They are what `keras-transformer train` uses when given no data: each is
-made by code, deterministic for a seed, and learnable in a few minutes on a
-CPU, so the result printed at the end measures real learning.
-
-- `number_pairs`: English number words and their digits, a translation task.
+- `tiny_shakespeare`: Tiny Shakespeare (Karpathy's char-rnn corpus, public
+  domain, 1.1 MB), shipped gzipped as package data: the default of `gpt2`.
+- `number_pairs`: English number words and their digits, a translation task
+  (the default of `seq2seq`).
 - `sentiment_sentences`: short reviews with a label; negation flips it, so a
-  bag of words is not enough.
+  bag of words is not enough (the default of `bert`).
 - `story_lines`: sentences from a small grammar, for language models.
+
+The generated ones are made by code, deterministic for a seed, and learnable
+in a few minutes on a CPU.
+
+File rules (`read_text`, `read_tsv`): bytes that are not UTF-8 become U+FFFD;
+in TSV files, empty lines are skipped, and so are lines over
+`MAX_LINE_CHARACTERS` characters (counted and reported, never truncated, so a
+label is never cut off); a line without a tab is an error naming the line.
 """
 
+import gzip
+import importlib.resources
+
 import numpy as np
+
+MAX_LINE_CHARACTERS = 100_000
+
+
+def tiny_shakespeare():
+    """The text of Tiny Shakespeare (1,115,394 characters), from package data.
+
+    Its SHA-256 is `kt.text.files.TINY_SHAKESPEARE_SHA256`, the digest of the
+    file `kt.text.download_tiny_shakespeare` downloads.
+    """
+    data = importlib.resources.files(__package__).joinpath(
+        "data/tinyshakespeare.txt.gz"
+    )
+    return gzip.decompress(data.read_bytes()).decode("utf-8")
+
+
+def read_text(path):
+    """A whole plain-text file as one string (invalid UTF-8 -> U+FFFD)."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        return f.read().replace("\r\n", "\n")
+
+
+def read_tsv(path, columns=2):
+    """The rows of a TSV file and the number of over-long lines skipped.
+
+    Returns `(rows, skipped)`: `rows` a list of `(line number, fields)`, with
+    at least `columns` fields each, and `skipped` the count of lines over
+    `MAX_LINE_CHARACTERS` characters left out. Empty (or whitespace-only)
+    lines are skipped silently.
+
+    Raises:
+        ValueError: a line has fewer than `columns` tab-separated fields.
+    """
+    rows, skipped = [], 0
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            if len(line) > MAX_LINE_CHARACTERS:
+                skipped += 1
+                continue
+            fields = line.split("\t")
+            if len(fields) < columns:
+                raise ValueError(
+                    f"{path}, line {number}: expected {columns} tab-separated "
+                    f"fields, found {len(fields)}. Received: {line[:80]!r}"
+                )
+            rows.append((number, fields))
+    return rows, skipped
+
 
 _ONES = "zero one two three four five six seven eight nine".split()
 _TEENS = (

@@ -2,6 +2,7 @@
 MLM masking, packing, tf.data pipelines and corpus files."""
 
 from keras_transformer.text.bpe import BytePairTokenizer, bytes_to_unicode
+from keras_transformer.text.bpe_training import build_bpe_vocabulary
 from keras_transformer.text.char import CharTokenizer, build_char_vocabulary
 from keras_transformer.text.common import RESERVED_TOKENS
 from keras_transformer.text.files import (
@@ -40,6 +41,7 @@ __all__ = [
     "SentencePieceTokenizer",
     "Tokenizer",
     "WordPieceTokenizer",
+    "build_bpe_vocabulary",
     "build_char_vocabulary",
     "bytes_to_unicode",
     "build_wordpiece_vocabulary",

@@ -10,7 +10,7 @@ import pytest
 
 def run(*args, cwd=None):
     return subprocess.run(
-        [sys.executable, "-m", "keras_transformer", *args],
+        [sys.executable, "-m", "keras_transformer_cli", *args],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -186,7 +186,7 @@ def test_errors_are_one_line_and_write_nothing(tmp_path):
     assert (
         missing.stderr.strip()
         .splitlines()[-1]
-        .startswith("keras-transformer: error: data file not found")
+        .startswith("keras-transformer: error: --data ")
     )
     bad = tmp_path / "bad.tsv"
     bad.write_text("no tab here\n")
