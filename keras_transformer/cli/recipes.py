@@ -532,8 +532,10 @@ class Run:
     def _fit(self, model, batches, validation, steps, every, start_step):
         history = os.path.join(self.work, "history.csv")
         callbacks = [
-            *training.resumable_callbacks(os.path.join(self.work, "run")),
+            # Before the backup: an interval's row is on disk before the
+            # backup that ends it (a resumed run drops rows past its backup).
             HistoryLog(history, every, start_step),
+            *training.resumable_callbacks(os.path.join(self.work, "run")),
         ]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*shuffle=True.*")
@@ -625,6 +627,7 @@ class Run:
         model.compile(
             optimizer=self._optimizer(steps),
             loss=training.MaskedSparseCategoricalCrossentropy(),
+            jit_compile=True,
         )
         first = tf.gather(stream, windows[0])
         initial = self._initial(model, first[:, :-1], first[:, 1:])
@@ -743,6 +746,7 @@ class Run:
             optimizer=self._optimizer(steps),
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             metrics=["accuracy"],
+            jit_compile=True,
         )
         first = order[0]
         initial = self._initial(
@@ -853,6 +857,7 @@ class Run:
             ),
             loss=training.MaskedSparseCategoricalCrossentropy(label_smoothing=0.05),
             metrics=[training.MaskedAccuracy()],
+            jit_compile=True,
         )
         first = order[0]
         initial = self._initial(
@@ -895,11 +900,15 @@ class Run:
 
     def _announce(self, model, tokenizer, steps, every, initial):
         s = self.settings
+        compute = next(
+            layer.compute_dtype for layer in model._flatten_layers() if layer.weights
+        )
         print(
             f"Model: {model.count_params():,} parameters; tokenizer: "
             f"{type(tokenizer).__name__} ({tokenizer.vocabulary_size():,} ids); "
             f"{steps:,} steps of {s['batch_size']}, held-out loss every "
-            f"{every} steps; precision {s['precision']}.",
+            f"{every} steps; precision {s['precision']} (compute dtype: "
+            f"{compute}).",
             flush=True,
         )
 

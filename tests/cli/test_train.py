@@ -38,6 +38,8 @@ def printed(result, key):
 def weights(folder):
     import keras
 
+    import keras_transformer  # noqa: F401  (registers the model classes)
+
     model = keras.saving.load_model(os.path.join(folder, "model.keras"))
     return model, [np.asarray(w) for w in model.get_weights()]
 
@@ -152,7 +154,8 @@ def test_each_flag_changes_what_it_says(tmp_path):
     assert len(model.blocks) == 3 and model.hidden_dim == 16
     assert model.num_heads == 2 and model.intermediate_dim == 24
     assert model.max_sequence_length == 12 and model.dropout == 0.25
-    assert model.dtype_policy.name == "mixed_bfloat16"
+    # It trained in bfloat16 (the .keras file reloads in the global policy).
+    assert "precision mixed_bfloat16 (compute dtype: bfloat16)" in result.stdout
     import keras
 
     with open(out / "tokenizer.json") as f:
@@ -233,8 +236,9 @@ def test_from_a_checkpoint_starts_at_the_library_loss(tmp_path):
 
 @pytest.mark.slow
 def test_from_a_bert_checkpoint_gives_a_classifier(tmp_path):
-    good, bad = ["good", "great", "fine"], ["bad", "awful", "poor"]
-    rows = [f"{w} movie\tpos" for w in good] + [f"{w} movie\tneg" for w in bad]
+    # Words of the fixture's 23-token vocabulary (others would be [UNK]).
+    good, bad = ["quick", "brown", "hello"], ["lazy", "over", "world"]
+    rows = [f"the {w} fox\tpos" for w in good] + [f"a {w} dog\tneg" for w in bad]
     data = tmp_path / "labels.tsv"
     data.write_text("\n".join(rows * 20))
     out = tmp_path / "out"
@@ -317,7 +321,7 @@ def test_ragged_files_train_with_their_documented_rules(tmp_path):
 @pytest.mark.slow
 def test_evaluate_reports_bleu_and_chrf_of_a_translator(tmp_path):
     words = {"one": "un", "two": "deux", "three": "trois", "four": "quatre"}
-    pairs = [f"the {s} cats\tles {t} chats" for s, t in words.items()]
+    pairs = [f"the {s} black cats\tles {t} chats noirs ici" for s, t in words.items()]
     data = tmp_path / "pairs.tsv"
     data.write_text("\n".join(pairs * 40))
     out = tmp_path / "out"
@@ -327,21 +331,21 @@ def test_evaluate_reports_bleu_and_chrf_of_a_translator(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert float(printed(result, "held-out exact-match accuracy")) == 1.0
-    assert float(printed(result, "held-out BLEU")) == 100.0
+    assert float(printed(result, "held-out BLEU")) == 100.0  # 4-grams: 5 words
     test = tmp_path / "test.tsv"
-    test.write_text("the two cats\tles deux chats\nthe one cats\tun chat\n")
+    test.write_text(
+        "the two black cats\tles deux chats noirs ici\nthe one black cats\tun chat noir\n"
+    )
     scored = run(
         "evaluate", "--model", str(out), "--data", str(test), "--predictions",
         str(tmp_path / "predictions.txt"),
     )  # fmt: skip
     assert scored.returncode == 0, scored.stderr[-3000:]
-    assert (
-        tmp_path / "predictions.txt"
-    ).read_text() == "les deux chats\nles un chats\n"
+    hypotheses = ["les deux chats noirs ici", "les un chats noirs ici"]
+    assert (tmp_path / "predictions.txt").read_text() == "\n".join(hypotheses) + "\n"
     import sacrebleu
 
-    hypotheses = ["les deux chats", "les un chats"]
-    references = [["les deux chats", "un chat"]]
+    references = [["les deux chats noirs ici", "un chat noir"]]
     bleu = sacrebleu.corpus_bleu(hypotheses, references).score
     chrf = sacrebleu.corpus_chrf(hypotheses, references).score
     assert float(printed(scored, "BLEU")) == pytest.approx(bleu, abs=1e-4)
