@@ -41,4 +41,6 @@ def test_cli_rejects_bad_steps():
         text=True,
     )
     assert result.returncode == 2
-    assert "steps=0" in result.stderr
+    assert result.stderr == (
+        "keras-transformer demo: error: argument --steps: must be >= 1, got 0\n"
+    )

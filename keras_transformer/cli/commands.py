@@ -163,7 +163,10 @@ def _print_results(results):
     for key, value in results.items():
         if isinstance(value, list):
             print(f"{key}:")
-            for item in value:
+            multiline = any("\n" in str(item) for item in value)
+            for number, item in enumerate(value):
+                if multiline and number:
+                    print("  ---")
                 print("  " + str(item).replace("\n", "\n  "))
         elif isinstance(value, str) and "\n" in value:
             print(f"{key}:")

@@ -105,7 +105,7 @@ def test_train_bert_then_classify_known_examples(tmp_path):
     assert printed(result, "held-out accuracy") == 1.0
     # The label is the last column (the TSV rule of kt.text.load_labeled_text).
     with open(out / "config.json") as f:
-        assert json.load(f)["class_names"] == ["neg", "pos"]
+        assert json.load(f)["settings"]["class_names"] == ["neg", "pos"]
     answer = run("classify", "--model", str(out), "great movie", "awful movie")
     assert answer.returncode == 0, answer.stderr[-2000:]
     lines = [line.split("\t") for line in answer.stdout.strip().splitlines()]
