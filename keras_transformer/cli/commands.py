@@ -194,8 +194,6 @@ def _read_config(folder):
 
 
 def _evaluate(args):
-    import numpy as np
-
     from keras_transformer.cli import datasets, recipes, scores
 
     config = _read_config(args.model)
@@ -230,7 +228,8 @@ def _evaluate(args):
             }
         )
         return 0
-    rows = recipes._read(task, args.data, "--data", notes := [])
+    notes = []
+    rows = recipes._read(task, args.data, "--data", notes)
     for note in notes:
         print(f"note: {note}")
     if task == "bert":
@@ -281,7 +280,6 @@ def _evaluate(args):
         print(
             'note: BLEU and chrF need sacrebleu: pip install "keras-transformer[cli]"'
         )
-    del np
     return 0
 
 

@@ -239,8 +239,6 @@ def resolve(task, args, kind):
         )
     if task == "seq2seq" and settings["tokenizer"] is None:
         settings["tokenizer"] = "char" if args.data is None else "sentencepiece"
-    if kind is None and task == "bert" and settings["tokenizer"] == "char":
-        pass  # characters are a valid (if slow) BERT vocabulary
     if kind is None and task == "gpt2" and settings["tokenizer"] == "wordpiece":
         raise CommandError(
             "--tokenizer wordpiece does not fit gpt2: WordPiece drops "

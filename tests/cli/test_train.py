@@ -232,6 +232,16 @@ def test_from_a_checkpoint_starts_at_the_library_loss(tmp_path):
     tuned, _ = weights(out)
     assert tuned.get_config()["num_layers"] == model.get_config()["num_layers"]
     assert result.stdout.count("fine-tuning") == 1
+    # evaluate on the held-out file gives the held-out loss train printed.
+    scored = run("evaluate", "--model", str(out), "--data", str(data))
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    held_out = float(printed(result, "held-out loss (nats per token)"))
+    assert float(printed(scored, "loss (nats per token)")) == pytest.approx(
+        held_out, abs=1e-4
+    )
+    assert float(printed(scored, "perplexity")) == pytest.approx(
+        np.exp(held_out), rel=1e-3
+    )
 
 
 @pytest.mark.slow
@@ -334,7 +344,8 @@ def test_evaluate_reports_bleu_and_chrf_of_a_translator(tmp_path):
     assert float(printed(result, "held-out BLEU")) == 100.0  # 4-grams: 5 words
     test = tmp_path / "test.tsv"
     test.write_text(
-        "the two black cats\tles deux chats noirs ici\nthe one black cats\tun chat noir\n"
+        "the two black cats\tles deux chats noirs ici\n"
+        "the one black cats\tun chat noir\n"
     )
     scored = run(
         "evaluate", "--model", str(out), "--data", str(test), "--predictions",
