@@ -46,3 +46,21 @@ def test_cli_rejects_bad_steps():
     assert result.stderr.strip().splitlines()[-1] == (
         "keras-transformer demo: error: argument --steps: must be >= 1, got 0"
     )
+
+
+def test_import_leaves_tensorflow_text_until_a_tokenizer_needs_it():
+    # tensorflow-text costs about 120 MB of RSS; only tokenizers, packing and
+    # masked-LM corruption need it, and they import it on first use.
+    code = (
+        "import sys, keras_transformer as kt\n"
+        "assert 'tensorflow_text' not in sys.modules, 'imported eagerly'\n"
+        "t = kt.text.WordPieceTokenizer([*kt.text.RESERVED_TOKENS, 'a', 'b'])\n"
+        "print(t.tokenize(['a b']).to_list())\n"
+        "assert 'tensorflow_text' in sys.modules\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    first = len(kt.text.RESERVED_TOKENS)
+    assert result.stdout.strip().endswith(f"[[{first}, {first + 1}]]")

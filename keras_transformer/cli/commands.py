@@ -304,8 +304,7 @@ def _write_predictions(path, predictions):
 
 def _load_export(directory, signature):
     import tensorflow as tf
-
-    import keras_transformer  # noqa: F401  (registers tensorflow-text ops)
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
     path = os.path.join(directory, "saved_model")
     if not os.path.isdir(path):

@@ -928,6 +928,8 @@ def _fitted_length(tokenizer, texts, extra, limit):
 
 def translate_all(path, sentences, batch_size=64):
     """Translations of `sentences` by the SavedModel at `path`."""
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
     translate = tf.saved_model.load(path).signatures["translate"]
     out = []
     for i in range(0, len(sentences), batch_size):

@@ -4,6 +4,7 @@ Shape legend: B batch, T query length, S key/value length, H heads,
 D per-head size (`key_dim` or `value_dim`), E model width.
 """
 
+import itertools
 import math
 
 import keras
@@ -182,18 +183,25 @@ class MultiHeadAttention(keras.layers.Layer):
             cache,
             cache_update_index,
         )
-        q = self.query_dense(query)  # (B, T, H, D)
-        if cache is None:
-            k, v = self.key_dense(key), self.value_dense(value)  # (B, S, H, D)
-        elif cache_update_index is None:
+        reads_cache_only = cache is not None and cache_update_index is None
+        if reads_cache_only:  # precomputed cross-attention keys and values
+            (q,) = self._project(query, self.query_dense)
             k, v = cache[:, 0], cache[:, 1]
+        elif query is value and value is key:  # self-attention: one matmul
+            q, k, v = self._project(
+                query, self.query_dense, self.key_dense, self.value_dense
+            )
         else:
-            kv = ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
+            (q,) = self._project(query, self.query_dense)
+            (k,) = self._project(key, self.key_dense)
+            (v,) = self._project(value, self.value_dense)
+        if cache is not None and not reads_cache_only:
+            kv = ops.stack([k, v], axis=1)  # (B, 2, T, H, D)
             start = [0, 0, cache_update_index, 0, 0]
             cache = ops.slice_update(cache, start, ops.cast(kv, cache.dtype))
             k, v = cache[:, 0], cache[:, 1]
         output, scores = self._attend(q, k, v, mask, training)
-        output = self.output_dense(output)
+        output = self._output(output)
         outputs = (output, scores) if return_attention_scores else (output,)
         if cache is not None:
             outputs += (cache,)
@@ -206,16 +214,94 @@ class MultiHeadAttention(keras.layers.Layer):
         decoding; pass the result as `cache` without `cache_update_index`.
         """
         key = value if key is None else key
-        return ops.stack([self.key_dense(key), self.value_dense(value)], axis=1)
+        if key is value:
+            k, v = self._project(value, self.key_dense, self.value_dense)
+        else:
+            (k,), (v,) = (
+                self._project(key, self.key_dense),
+                self._project(value, self.value_dense),
+            )
+        return ops.stack([k, v], axis=1)
+
+    def _project(self, x, *layers):
+        """`x` `(B, T, E)` through the projections `layers`, in one matmul.
+
+        The kernels `(E, H, D)` of the `EinsumDense` sublayers are used as
+        `(E, H·D)` matrices, side by side, so `x` is multiplied once as a
+        `(B·T, E)` matrix: the same numbers as calling each sublayer, in one
+        plain matrix product whose gradient is one too (the sublayers' einsum
+        costs a batched product and a sum in the backward pass, and a slow
+        fused loop in one-token decoding). Returns one `(B, T, H, D)` tensor
+        per layer.
+        """
+        width = x.shape[-1]
+        kernels = [
+            ops.reshape(ops.cast(layer.kernel, x.dtype), (width, -1))
+            for layer in layers
+        ]
+        sizes = [kernel.shape[-1] for kernel in kernels]
+        y = ops.matmul(
+            ops.reshape(x, (-1, width)),
+            kernels[0] if len(layers) == 1 else ops.concatenate(kernels, axis=1),
+        )
+        if self.use_bias:
+            biases = [
+                ops.reshape(ops.cast(layer.bias, x.dtype), (-1,)) for layer in layers
+            ]
+            y = y + (biases[0] if len(layers) == 1 else ops.concatenate(biases))
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        parts = (
+            [y]
+            if len(layers) == 1
+            else ops.split(y, list(itertools.accumulate(sizes[:-1])), axis=1)
+        )
+        return [
+            ops.reshape(part, (batch, length, self.num_heads, size // self.num_heads))
+            for part, size in zip(parts, sizes, strict=True)
+        ]
+
+    def _output(self, heads):
+        """`(B, T, H, D)` -> `(B, T, output_dim)` through `output_dense`'s
+        kernel `(H, D, E)` used as a `(H·D, E)` matrix (see `_project`)."""
+        kernel = ops.cast(self.output_dense.kernel, heads.dtype)
+        depth = kernel.shape[0] * kernel.shape[1]
+        y = ops.matmul(
+            ops.reshape(heads, (-1, depth)), ops.reshape(kernel, (depth, -1))
+        )
+        if self.use_bias:
+            y = y + ops.cast(self.output_dense.bias, heads.dtype)
+        batch, length = ops.shape(heads)[0], ops.shape(heads)[1]
+        return ops.reshape(y, (batch, length, kernel.shape[-1]))
 
     def _attend(self, q, k, v, mask, training):
         q = ops.multiply(q, ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype))
+        if q.shape[1] == 1:
+            return self._attend_one(q, k, v, mask, training)
         scores = ops.einsum("bthd,bshd->bhts", q, k)
         if mask is not None:
             mask = ops.expand_dims(mask, 1)  # (B, 1, T, S): same for every head
         probs = masked_softmax(scores, mask)
         dropped = self.attention_dropout(probs, training=training)
         return ops.einsum("bhts,bshd->bthd", dropped, v), probs
+
+    def _attend_one(self, q, k, v, mask, training):
+        """`_attend` for one query (a decoding step), as products and sums.
+
+        The einsums would first copy the whole `(B, S, H, D)` key/value
+        cache into a `(B, H, S, D)` layout at every step; multiplying and
+        summing reads it in place. The same numbers up to the order of the
+        additions.
+        """
+        scores = ops.sum(q * k, axis=-1)  # (B, 1, H, D) * (B, S, H, D) -> (B, S, H)
+        scores = ops.transpose(scores, (0, 2, 1))[:, :, None, :]  # (B, H, 1, S)
+        if mask is not None:
+            mask = ops.expand_dims(mask, 1)  # (B, 1, 1, S)
+        probs = masked_softmax(scores, mask)
+        dropped = self.attention_dropout(probs, training=training)
+        weights = ops.transpose(dropped[:, :, 0, :], (0, 2, 1))[
+            ..., None
+        ]  # (B, S, H, 1)
+        return ops.sum(weights * v, axis=1, keepdims=True), probs  # (B, 1, H, D)
 
     def _attention_mask(
         self, query, value, key, attention_mask, use_causal_mask, cache, index

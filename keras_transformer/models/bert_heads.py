@@ -10,10 +10,10 @@ import keras
 from keras import ops
 
 from keras_transformer.models.bert import BERT
-from keras_transformer.models.common import normal_initializer
+from keras_transformer.models.common import FitMixin, normal_initializer
 
 
-class BERTHead(keras.Model):
+class BERTHead(FitMixin, keras.Model):
     """Base of the heads: a model built on a `BERT` backbone's own graph.
 
     The head's graph starts from the backbone's inputs and outputs (the

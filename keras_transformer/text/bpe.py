@@ -17,9 +17,9 @@ import os
 
 import keras
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from keras_transformer.text import common
+from keras_transformer.text._lazy import tf_text
 from keras_transformer.text.tokenizer import Tokenizer
 
 # Unicode's White_Space characters: what `\s` matches in the regex engine of

@@ -3,70 +3,82 @@
 Shape legend: B batch, T sequence length, P predictions per sequence.
 """
 
+import functools
+
 import keras
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from keras_transformer import _validation as validation
+from keras_transformer.text._lazy import tf_text
 
 
-class _RandomTokenChooser(tf_text.MaskValuesChooser):
-    """tensorflow-text's chooser, with random tokens drawn from `candidate_ids`.
+@functools.cache
+def _tf_text_subclasses():
+    """The two tensorflow-text subclasses below, defined on first use (their
+    bases come from tensorflow-text, which is imported lazily)."""
 
-    The stock chooser returns, per selected token, the mask token, a random
-    value in `[0, len(candidate_ids))`, or its input unchanged. Shifting the
-    inputs up by `len(candidate_ids)` and using -1 as the mask token keeps the
-    three outcomes apart, so a random value can be mapped to a candidate id:
-    never padding nor another special token.
-    """
+    class _RandomTokenChooser(tf_text.MaskValuesChooser):
+        """tensorflow-text's chooser, with random tokens drawn from `candidate_ids`.
 
-    def __init__(
-        self, candidate_ids, mask_token_id, mask_token_rate, random_token_rate
-    ):
-        super().__init__(len(candidate_ids), -1, mask_token_rate, random_token_rate)
-        self._candidate_ids = candidate_ids
-        self._mask_token_id = mask_token_id
+        The stock chooser returns, per selected token, the mask token, a random
+        value in `[0, len(candidate_ids))`, or its input unchanged. Shifting the
+        inputs up by `len(candidate_ids)` and using -1 as the mask token keeps the
+        three outcomes apart, so a random value can be mapped to a candidate id:
+        never padding nor another special token.
+        """
 
-    def get_mask_values(self, masked_lm_ids):
-        count = len(self._candidate_ids)
-        values = super().get_mask_values(masked_lm_ids + count)
+        def __init__(
+            self, candidate_ids, mask_token_id, mask_token_rate, random_token_rate
+        ):
+            super().__init__(len(candidate_ids), -1, mask_token_rate, random_token_rate)
+            self._candidate_ids = candidate_ids
+            self._mask_token_id = mask_token_id
 
-        def decode(v):
-            random_ids = tf.gather(
-                self._candidate_ids, tf.clip_by_value(v, 0, count - 1)
+        def get_mask_values(self, masked_lm_ids):
+            count = len(self._candidate_ids)
+            values = super().get_mask_values(masked_lm_ids + count)
+
+            def decode(v):
+                random_ids = tf.gather(
+                    self._candidate_ids, tf.clip_by_value(v, 0, count - 1)
+                )
+                kept = tf.where(v < count, tf.cast(random_ids, v.dtype), v - count)
+                return tf.where(v < 0, tf.cast(self._mask_token_id, v.dtype), kept)
+
+            return tf.ragged.map_flat_values(decode, values)
+
+    class _RandomItemSelector(tf_text.RandomItemSelector):
+        """tensorflow-text's selector, with one random draw per batch.
+
+        The stock selector shuffles each row inside a `tf.map_fn` whose iterations
+        run in parallel, so which row gets which random numbers (and so the
+        selections) varies from run to run even with a fixed seed; and it rounds
+        `rate * n` up in float32, so 15% of 100 tokens selects 16. Here every
+        selectable token gets a uniform score from a single op and each row keeps
+        its `ceil(rate * n)` (at most `max_selections_per_batch`) highest scores.
+        """
+
+        def get_selection_mask(self, input_ids, axis=1):
+            if axis != 1 or input_ids.ragged_rank != 1:
+                return super().get_selection_mask(input_ids, axis)
+            selectable = self.get_selectable(input_ids, axis)
+            counts = tf.reduce_sum(tf.cast(selectable, tf.float64), axis=1)
+            # The tolerance keeps 15% of 100 (15.000000000000002 in float64) at 15.
+            wanted = tf.math.ceil(counts * self.selection_rate - 1e-9)
+            wanted = tf.minimum(
+                tf.cast(wanted, tf.int32), self.max_selections_per_batch
             )
-            kept = tf.where(v < count, tf.cast(random_ids, v.dtype), v - count)
-            return tf.where(v < 0, tf.cast(self._mask_token_id, v.dtype), kept)
+            scores = tf.random.uniform(tf.shape(selectable.flat_values))
+            scores = selectable.with_flat_values(
+                tf.where(selectable.flat_values, scores, -1.0)
+            ).to_tensor(default_value=-1.0)
+            ranks = tf.argsort(
+                tf.argsort(scores, axis=1, direction="DESCENDING"), axis=1
+            )
+            chosen = (ranks < wanted[:, None]) & (scores >= 0.0)
+            return tf.RaggedTensor.from_tensor(chosen, lengths=input_ids.row_lengths())
 
-        return tf.ragged.map_flat_values(decode, values)
-
-
-class _RandomItemSelector(tf_text.RandomItemSelector):
-    """tensorflow-text's selector, with one random draw per batch.
-
-    The stock selector shuffles each row inside a `tf.map_fn` whose iterations
-    run in parallel, so which row gets which random numbers (and so the
-    selections) varies from run to run even with a fixed seed; and it rounds
-    `rate * n` up in float32, so 15% of 100 tokens selects 16. Here every
-    selectable token gets a uniform score from a single op and each row keeps
-    its `ceil(rate * n)` (at most `max_selections_per_batch`) highest scores.
-    """
-
-    def get_selection_mask(self, input_ids, axis=1):
-        if axis != 1 or input_ids.ragged_rank != 1:
-            return super().get_selection_mask(input_ids, axis)
-        selectable = self.get_selectable(input_ids, axis)
-        counts = tf.reduce_sum(tf.cast(selectable, tf.float64), axis=1)
-        # The tolerance keeps 15% of 100 (15.000000000000002 in float64) at 15.
-        wanted = tf.math.ceil(counts * self.selection_rate - 1e-9)
-        wanted = tf.minimum(tf.cast(wanted, tf.int32), self.max_selections_per_batch)
-        scores = tf.random.uniform(tf.shape(selectable.flat_values))
-        scores = selectable.with_flat_values(
-            tf.where(selectable.flat_values, scores, -1.0)
-        ).to_tensor(default_value=-1.0)
-        ranks = tf.argsort(tf.argsort(scores, axis=1, direction="DESCENDING"), axis=1)
-        chosen = (ranks < wanted[:, None]) & (scores >= 0.0)
-        return tf.RaggedTensor.from_tensor(chosen, lengths=input_ids.row_lengths())
+    return _RandomTokenChooser, _RandomItemSelector
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -180,12 +192,13 @@ class MaskedLMMaskGenerator(keras.layers.Layer):
         self.unselectable_token_ids = unselectable
         self.mask_token_rate = mask_token_rate
         self.random_token_rate = random_token_rate
-        self._selector = _RandomItemSelector(
+        chooser_class, selector_class = _tf_text_subclasses()
+        self._selector = selector_class(
             max_selections_per_batch=mask_selection_length,
             selection_rate=mask_selection_rate,
             unselectable_ids=unselectable,
         )
-        self._chooser = _RandomTokenChooser(
+        self._chooser = chooser_class(
             tf.constant(candidates, tf.int32),
             mask_token_id,
             mask_token_rate,

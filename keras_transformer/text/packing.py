@@ -4,9 +4,9 @@ Shape legend: B batch, T sequence length, W windows.
 """
 
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from keras_transformer import _validation as validation
+from keras_transformer.text._lazy import tf_text
 
 
 def as_ragged_ids(ids, name):

@@ -6,9 +6,9 @@ import os
 
 import keras
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from keras_transformer.text import common
+from keras_transformer.text._lazy import tf_text
 from keras_transformer.text.tokenizer import Tokenizer
 
 # Piece 0 must be padding: ours, or the name other SentencePiece models use.

@@ -5,8 +5,6 @@ import logging
 
 import keras
 import tensorflow as tf
-from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
-from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
 
 from keras_transformer.text import common
 
@@ -69,6 +67,8 @@ def build_wordpiece_vocabulary(
     if not counts:
         raise ValueError("`data` has no words: the corpus is empty.")
     logging.info("Learning a WordPiece vocabulary from %d distinct words", len(counts))
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
+
     vocabulary = wordpiece_tokenizer_learner_lib.learn(
         counts, vocabulary_size, reserved_tokens, **learn_options
     )
@@ -81,6 +81,8 @@ def count_words(data, lowercase=True, verbose="auto"):
     Returns:
         A `collections.Counter` of words (Python strings).
     """
+    from tensorflow_text.python.ops.bert_tokenizer import BasicTokenizer
+
     splitter = BasicTokenizer(lower_case=lowercase)
     split = tf.function(
         lambda texts: splitter.tokenize(common.replace_invalid_utf8(texts)).flat_values

@@ -2,10 +2,10 @@
 
 import keras
 import tensorflow as tf
-import tensorflow_text as tf_text
 
 from keras_transformer import _validation as validation
 from keras_transformer.text import common
+from keras_transformer.text._lazy import tf_text
 from keras_transformer.text.tokenizer import Tokenizer
 
 

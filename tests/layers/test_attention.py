@@ -219,3 +219,57 @@ def test_bad_call_arguments():
     layer(rand(2, 5, 8))
     with pytest.raises(ValueError, match="attention_mask.*\\(2, 5, 4\\)"):
         layer(rand(2, 5, 8), attention_mask=np.ones((2, 5, 4), bool))
+
+
+@pytest.mark.parametrize("self_attention", [True, False])
+def test_one_matmul_projection_equals_the_sublayers(self_attention):
+    # `call` multiplies by the sublayers' kernels side by side, in one
+    # (B*T, E) x (E, 3*H*D) product; each sublayer called alone must agree.
+    layer = kt.layers.MultiHeadAttention(num_heads=2, key_dim=4, value_dim=3)
+    x, context = rand(2, 5, 8), rand(2, 6, 8, seed=1)
+    layer(x, context)
+    if self_attention:
+        q, k, v = layer._project(
+            x, layer.query_dense, layer.key_dense, layer.value_dense
+        )
+        k_in = v_in = x
+    else:
+        (q,), (k,), (v,) = (
+            layer._project(x, layer.query_dense),
+            layer._project(context, layer.key_dense),
+            layer._project(context, layer.value_dense),
+        )
+        k_in = v_in = context
+    for fused, sublayer, inputs in [
+        (q, layer.query_dense, x),
+        (k, layer.key_dense, k_in),
+        (v, layer.value_dense, v_in),
+    ]:
+        np.testing.assert_allclose(
+            to_numpy(fused), to_numpy(sublayer(inputs)), rtol=1e-5, atol=1e-6
+        )
+    heads = rand(2, 5, 2, 3, seed=2)
+    np.testing.assert_allclose(
+        to_numpy(layer._output(heads)),
+        to_numpy(layer.output_dense(heads)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+def test_one_query_step_equals_the_einsum_attention():
+    # A decoding step (one query) attends by products and sums instead of
+    # the einsums; probabilities and outputs must be those of the einsums.
+    layer = kt.layers.MultiHeadAttention(num_heads=2, key_dim=4)
+    layer(rand(1, 3, 8))
+    q, k, v = rand(2, 1, 2, 4), rand(2, 7, 2, 4, seed=1), rand(2, 7, 2, 4, seed=2)
+    mask = np.ones((2, 1, 7), bool)
+    mask[0, 0, 4:] = False  # cache slots not written yet
+    out, probs = layer._attend_one(q, k, v, mask, training=False)
+    scores = np.einsum("bthd,bshd->bhts", q, k)
+    expected_probs = np_softmax(scores, mask[:, None])
+    np.testing.assert_allclose(to_numpy(probs), expected_probs, atol=1e-6)
+    np.testing.assert_allclose(
+        to_numpy(out), np.einsum("bhts,bshd->bthd", expected_probs, v), atol=1e-5
+    )
+    assert np.all(to_numpy(probs)[0, :, 0, 4:] == 0)

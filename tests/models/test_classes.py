@@ -89,7 +89,12 @@ def test_safe_mode_round_trip_keeps_class_and_outputs(name, tmp_path):
 def test_files_saved_by_0_1_load_with_identical_outputs(name, cls, config):
     expected = np.load(os.path.join(FIXTURES, "v0_1_outputs.npz"))[name]
     old = keras.saving.load_model(os.path.join(FIXTURES, f"v0_1_{name}.keras"))
-    np.testing.assert_array_equal(to_numpy(old(inputs()[name])), expected)
+    # Equal up to float32 rounding: since 0.1 the attention projections run
+    # as one matrix product instead of per-projection einsums, which sums in
+    # another order (differences ~2e-8 here).
+    np.testing.assert_allclose(
+        to_numpy(old(inputs()[name])), expected, rtol=1e-5, atol=1e-6
+    )
     # Their weights move into the new classes in the same order (the
     # CHANGELOG's upgrade recipe), and generate/export work on the result.
     if cls is None:
@@ -97,7 +102,9 @@ def test_files_saved_by_0_1_load_with_identical_outputs(name, cls, config):
     else:
         new = cls(20, **SIZES, max_sequence_length=8, dropout=0.0, **config)
     new.set_weights(old.get_weights())
-    np.testing.assert_array_equal(to_numpy(new(inputs()[name])), expected)
+    np.testing.assert_allclose(
+        to_numpy(new(inputs()[name])), expected, rtol=1e-5, atol=1e-6
+    )
 
 
 def test_generation_and_export_ignore_layer_names(tmp_path):

@@ -103,3 +103,24 @@ def test_bad_arguments():
     model = tiny_gpt()
     with pytest.raises(ValueError, match="sequence_length=16"):
         model(np.ones((1, 17), "int32"))
+
+
+def test_fit_traces_the_training_step_once_with_keras_updates():
+    # `fit` builds the optimizer first (kt.models FitMixin), so TensorFlow
+    # traces the training step once instead of twice; the updates are
+    # exactly those of `keras.Model.fit`, which builds it inside the trace.
+    x, y = cycle_data(16)
+    models = []
+    for fit in (kt.models.GPT2.fit, keras.Model.fit):
+        keras.utils.set_random_seed(3)
+        model = tiny_gpt()
+        compile_gpt(model)
+        traces = []
+        train_step = model.train_step
+        model.train_step = lambda data, f=train_step, t=traces: t.append(1) or f(data)
+        fit(model, x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+        models.append((model, len(traces)))
+    (ours, our_traces), (reference, _) = models
+    assert our_traces == 1
+    for a, b in zip(ours.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
