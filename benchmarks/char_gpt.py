@@ -79,6 +79,24 @@ def learning_rate(step, total):
     return FINAL_LR + (PEAK_LR - FINAL_LR) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def memory_mb():
+    """(current RSS, peak RSS) of this process in MB, from /proc (Linux)."""
+    try:
+        with open("/proc/self/status") as f:
+            fields = dict(line.split(":", 1) for line in f)
+    except OSError:
+        return None, None
+    return tuple(int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))
+
+
+PHASES = {}
+
+
+def mark(name):
+    """Records seconds since start-up, RSS and peak RSS (MB) at `name`."""
+    PHASES[name] = (round(time.perf_counter() - START, 2), *memory_mb())
+
+
 # === The Keras contenders ===
 
 
@@ -119,12 +137,12 @@ def run_keras(name, args):
 
     import keras_transformer as kt
 
-    phases = {"import": time.perf_counter() - START}
+    mark("import")
     keras.utils.set_random_seed(args.seed)
     vocabulary, (x, y), (vx, vy) = load_data(args)
-    phases["data"] = time.perf_counter() - START
+    mark("data")
     model = keras_model(name, vocabulary)
-    phases["build"] = time.perf_counter() - START
+    mark("build")
     model.compile(
         optimizer=kt.training.AdamW(
             kt.training.warmup_cosine_decay(PEAK_LR, WARMUP, args.steps, FINAL_LR),
@@ -138,17 +156,18 @@ def run_keras(name, args):
         steps_per_execution=args.steps_per_execution,
     )
     ends = []
-    timer = keras.callbacks.LambdaCallback(
-        on_train_batch_end=lambda batch, logs: ends.append(time.perf_counter()),
-        on_train_end=lambda logs: phases.update(train_end=time.perf_counter() - START),
-    )
+
+    def batch_end(batch, logs):
+        ends.append(time.perf_counter())
+        if len(ends) == 1:
+            mark("first call")  # tracing, compiling and the first execution
+
+    timer = keras.callbacks.LambdaCallback(on_train_batch_end=batch_end)
     model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0,
               callbacks=[timer])  # fmt: skip
-    phases["first step"] = ends[0] - START
-    phases["fit"] = time.perf_counter() - START
+    mark("fit")
     loss = model.evaluate(vx, vy, batch_size=BATCH, verbose=0)
-    phases["evaluate"] = time.perf_counter() - START
-    print("PHASES " + json.dumps({k: round(v, 2) for k, v in phases.items()}))
+    mark("evaluate")
     per_call = [ends[i + 1] - ends[i] for i in range(len(ends) - 1)]
     skip = max(1, args.warmup // args.steps_per_execution)
     return per_call[skip:], args.steps_per_execution, float(loss)
@@ -163,6 +182,7 @@ def run_torch(args):
     from torch import nn
     from torch.nn import functional as F
 
+    mark("import")
     torch.manual_seed(args.seed)
 
     class Block(nn.Module):
@@ -203,7 +223,9 @@ def run_torch(args):
             return self.ln_f(x) @ self.token.weight.T  # tied head
 
     vocabulary, (x, y), (vx, vy) = load_data(args)
+    mark("data")
     model = GPT(vocabulary)
+    mark("build")
     params = list(model.parameters())
     optimizer = torch.optim.AdamW(
         [
@@ -226,6 +248,9 @@ def run_torch(args):
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         ends.append(time.perf_counter())
+        if step == 0:
+            mark("first call")
+    mark("fit")
     model.eval()
     losses = []
     with torch.no_grad():
@@ -235,6 +260,7 @@ def run_torch(args):
             losses.append(
                 float(F.cross_entropy(logits.flatten(0, 1), target.flatten()))
             )
+    mark("evaluate")
     per_step = np.diff(ends).tolist()
     return per_step[args.warmup :], 1, float(np.mean(losses))
 
@@ -254,6 +280,7 @@ def child(args):
         "val_loss": loss,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "process_s": time.perf_counter() - START,
+        "phases": PHASES,
     }
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -301,6 +328,13 @@ def main():
     for name, r in results.items():
         print(f"| {name} | {r['wall_s']:.1f} | {r['ms_per_step']:.1f} | "
               f"{r['val_loss']:.4f} | {r['peak_rss_mb']:,.0f} |")  # fmt: skip
+    print("\nSeconds since start-up / RSS MB / peak RSS MB at the end of each phase:\n")
+    phases = list(next(iter(results.values()))["phases"])
+    print("| contender | " + " | ".join(phases) + " |")
+    print("|---" * (len(phases) + 1) + "|")
+    for name, r in results.items():
+        cells = ["{:.1f} s / {:,.0f} / {:,.0f}".format(*r["phases"][p]) for p in phases]
+        print(f"| {name} | " + " | ".join(cells) + " |")
     if "ours" in results:
         for other in [n for n in results if n != "ours"]:
             a, b = results["ours"], results[other]
