@@ -298,10 +298,9 @@ class MultiHeadAttention(keras.layers.Layer):
             mask = ops.expand_dims(mask, 1)  # (B, 1, 1, S)
         probs = masked_softmax(scores, mask)
         dropped = self.attention_dropout(probs, training=training)
-        weights = ops.transpose(dropped[:, :, 0, :], (0, 2, 1))[
-            ..., None
-        ]  # (B, S, H, 1)
-        return ops.sum(weights * v, axis=1, keepdims=True), probs  # (B, 1, H, D)
+        weights = ops.transpose(dropped[:, :, 0, :], (0, 2, 1))  # (B, S, H)
+        output = ops.sum(weights[..., None] * v, axis=1, keepdims=True)
+        return output, probs  # (B, 1, H, D), (B, H, 1, S)
 
     def _attention_mask(
         self, query, value, key, attention_mask, use_causal_mask, cache, index
