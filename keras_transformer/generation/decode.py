@@ -60,7 +60,11 @@ def generate(
             comparison; same tokens).
         seed: int seed; the same seed gives the same samples.
         **sampler_args: `temperature`, `top_k`, `top_p`, `num_beams`,
-            `length_penalty`.
+            `length_penalty`, `rules`, `early_stopping`, and the options every
+            sampler takes: `min_new_tokens`, `no_repeat_ngram_size`,
+            `suppressed_token_ids`, `forced_first_token_id`,
+            `force_end_token`, `renormalize_logits` (see
+            `kt.generation.Sampler`).
 
     Returns:
         A numpy int32 array `(B, P + max_new_tokens)`.
@@ -88,6 +92,13 @@ def generate(
     prompt, source = model.generation_inputs(inputs)
     if end_token_id is not None:
         _check_end_token_id(end_token_id, model)
+    elif sampler.force_end_token:
+        raise ValueError(
+            "`force_end_token=True` needs an `end_token_id`. "
+            "Received: end_token_id=None"
+        )
+    for name, token_id in sampler.token_ids():
+        _check_token_id(name, token_id, model)
     batch, prompt_length = prompt.shape
     limit = model.max_sequence_length
     total = prompt_length + max_new_tokens
@@ -190,20 +201,24 @@ def check_generative(model, name):
 
 
 def _check_end_token_id(end_token_id, model):
+    _check_token_id("end_token_id", end_token_id, model)
+
+
+def _check_token_id(name, token_id, model):
     vocabulary_size = (
         model.vocabulary_size
         if isinstance(model, CausalLM)
         else model.decoder_vocabulary_size
     )
     if (
-        isinstance(end_token_id, bool)
-        or not isinstance(end_token_id, int | np.integer)
-        or not 0 < end_token_id < vocabulary_size
+        isinstance(token_id, bool)
+        or not isinstance(token_id, int | np.integer)
+        or not 0 < token_id < vocabulary_size
     ):
         raise ValueError(
-            f"`end_token_id` must be an integer in [1, {vocabulary_size}) (the "
+            f"`{name}` must be an integer in [1, {vocabulary_size}) (the "
             "model's vocabulary; 0 is padding). "
-            f"Received: end_token_id={end_token_id!r}"
+            f"Received: {name}={token_id!r}"
         )
 
 

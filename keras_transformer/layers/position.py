@@ -9,16 +9,23 @@ from keras import ops
 
 from keras_transformer import _validation as validation
 
+LAYOUTS = ("interleaved", "concatenated")
 
-def sinusoidal_encoding(length, depth):
-    """The original paper's interleaved sinusoidal position encoding.
 
+def sinusoidal_encoding(length, depth, layout="interleaved"):
+    """The original paper's sinusoidal position encoding.
+
+    `"interleaved"` (the paper's formula):
     `PE[p, 2i] = sin(p / 10000^(2i/depth))` and
-    `PE[p, 2i+1] = cos(p / 10000^(2i/depth))`.
+    `PE[p, 2i+1] = cos(p / 10000^(2i/depth))`. `"concatenated"` puts the
+    same sines in the first half and the cosines in the second,
+    `PE[p, i] = sin(...)`, `PE[p, ceil(depth/2) + i] = cos(...)`, as Marian
+    (and so Hugging Face's `MarianMTModel`), fairseq and tensor2tensor do.
 
     Args:
         length: number of positions.
         depth: encoding size; may be odd (the last column is then a sine).
+        layout: `"interleaved"` or `"concatenated"`.
 
     Returns:
         A float32 numpy array of shape `(length, depth)`.
@@ -30,12 +37,16 @@ def sinusoidal_encoding(length, depth):
     """
     validation.check_positive_int("length", length)
     validation.check_positive_int("depth", depth)
+    validation.check_choice("layout", layout, LAYOUTS)
     positions = np.arange(length, dtype="float64")[:, None]
     even = np.arange(0, depth, 2, dtype="float64")  # the "2i" of the formula
     angles = positions / np.power(10000.0, even / depth)
+    sines, cosines = np.sin(angles), np.cos(angles[:, : depth // 2])
+    if layout == "concatenated":
+        return np.concatenate([sines, cosines], axis=1).astype("float32")
     encoding = np.zeros((length, depth), dtype="float64")
-    encoding[:, 0::2] = np.sin(angles)
-    encoding[:, 1::2] = np.cos(angles[:, : depth // 2])
+    encoding[:, 0::2] = sines
+    encoding[:, 1::2] = cosines
     return encoding.astype("float32")
 
 
@@ -55,6 +66,17 @@ class PositionalEmbedding(keras.layers.Layer):
         mask_zero: whether token id 0 is masked as padding.
         scale_embeddings: multiply token embeddings by √hidden_dim before adding
             positions, as in the original paper.
+        sinusoidal_layout: `"interleaved"` (the paper's sin/cos pairs) or
+            `"concatenated"` (all sines, then all cosines: Marian's); see
+            `sinusoidal_encoding`.
+        position_offset: learned positions only: position `p` reads row
+            `p + position_offset` of a table of `sequence_length +
+            position_offset` rows (BART's learned positions have offset 2).
+        token_embedding: optionally a built `keras.layers.Embedding` to use
+            as the token table instead of a new one, to share it with
+            another layer (BART's encoder and decoder share their tokens
+            but each has its own learned positions). Not part of
+            `get_config`: the model that shares it passes it again.
         embeddings_initializer: initializer of token (and learned position)
             embeddings.
         **kwargs: base `keras.layers.Layer` arguments.
@@ -87,13 +109,41 @@ class PositionalEmbedding(keras.layers.Layer):
         mask_zero=True,
         scale_embeddings=False,
         embeddings_initializer="uniform",
+        sinusoidal_layout="interleaved",
+        position_offset=0,
+        token_embedding=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if token_embedding is not None and not (
+            isinstance(token_embedding, keras.layers.Embedding)
+            and token_embedding.built
+            and tuple(token_embedding.embeddings.shape) == (vocabulary_size, hidden_dim)
+        ):
+            raise ValueError(
+                "`token_embedding` must be a built keras.layers.Embedding of shape "
+                f"({vocabulary_size}, {hidden_dim}). Received: "
+                f"token_embedding={token_embedding!r}"
+            )
+        self._shared_token_embedding = token_embedding
         validation.check_positive_int("vocabulary_size", vocabulary_size)
         validation.check_positive_int("sequence_length", sequence_length)
         validation.check_positive_int("hidden_dim", hidden_dim)
         validation.check_choice("position", position, ("sinusoidal", "learned"))
+        validation.check_choice("sinusoidal_layout", sinusoidal_layout, LAYOUTS)
+        if (
+            isinstance(position_offset, bool)
+            or not isinstance(position_offset, int)
+            or position_offset < 0
+            or (position_offset and position != "learned")
+        ):
+            raise ValueError(
+                "`position_offset` must be an integer >= 0, and 0 unless "
+                f'position="learned". Received: position_offset={position_offset!r}'
+                f" with position={position!r}"
+            )
+        self.sinusoidal_layout = sinusoidal_layout
+        self.position_offset = position_offset
         self.vocabulary_size = vocabulary_size
         self.sequence_length = sequence_length
         self.hidden_dim = hidden_dim
@@ -105,6 +155,14 @@ class PositionalEmbedding(keras.layers.Layer):
 
     def build(self, inputs_shape):
         validation.check_rank("inputs", inputs_shape, 2)
+        if self._shared_token_embedding is not None:
+            self.token_embedding = self._shared_token_embedding
+        else:
+            self._build_token_embedding(inputs_shape)
+        self._build_positions()
+        self.built = True
+
+    def _build_token_embedding(self, inputs_shape):
         self.token_embedding = keras.layers.Embedding(
             self.vocabulary_size,
             self.hidden_dim,
@@ -115,10 +173,12 @@ class PositionalEmbedding(keras.layers.Layer):
             name="token_embedding",
         )
         self.token_embedding.build(inputs_shape)
+
+    def _build_positions(self):
         if self.position == "learned":
             self.position_embeddings = self.add_weight(
                 name="position_embeddings",
-                shape=(self.sequence_length, self.hidden_dim),
+                shape=(self.sequence_length + self.position_offset, self.hidden_dim),
                 initializer=keras.initializers.get(
                     keras.initializers.serialize(self.embeddings_initializer)
                 ),
@@ -126,9 +186,8 @@ class PositionalEmbedding(keras.layers.Layer):
         else:
             # A constant, not a weight: nothing to train or save.
             self.position_embeddings = sinusoidal_encoding(
-                self.sequence_length, self.hidden_dim
+                self.sequence_length, self.hidden_dim, self.sinusoidal_layout
             )
-        self.built = True
 
     def call(self, inputs, start_index=0, reverse=False):
         if reverse:
@@ -152,7 +211,7 @@ class PositionalEmbedding(keras.layers.Layer):
             )
         positions = ops.slice(
             ops.convert_to_tensor(self.position_embeddings),
-            [start_index, 0],
+            [start_index + self.position_offset, 0],
             [ops.shape(inputs)[1], self.hidden_dim],
         )
         return embeddings + ops.cast(positions, embeddings.dtype)[None]
@@ -173,6 +232,8 @@ class PositionalEmbedding(keras.layers.Layer):
                 "position": self.position,
                 "mask_zero": self.mask_zero,
                 "scale_embeddings": self.scale_embeddings,
+                "sinusoidal_layout": self.sinusoidal_layout,
+                "position_offset": self.position_offset,
                 "embeddings_initializer": keras.initializers.serialize(
                     self.embeddings_initializer
                 ),

@@ -64,13 +64,24 @@ class Seq2SeqLM(keras.Model):
     """
 
     def generation_inputs(self, inputs):
+        start = getattr(self, "decoder_start_token_id", None)
+        if (
+            isinstance(inputs, dict)
+            and set(inputs) == {"encoder_token_ids"}
+            and start is not None
+        ):
+            # The model knows its decoder start token: one per source row.
+            source = np.asarray(inputs["encoder_token_ids"])
+            rows = source.shape[0] if source.ndim == 2 else 0
+            inputs = {**inputs, "decoder_token_ids": np.full((rows, 1), start)}
         if not isinstance(inputs, dict) or set(inputs) != {
             "encoder_token_ids",
             "decoder_token_ids",
         }:
             raise ValueError(
                 "For a seq2seq model, `inputs` must be a dict with 'encoder_token_ids' "
-                f"and 'decoder_token_ids'. Received: {_describe(inputs)}"
+                "and 'decoder_token_ids' ('encoder_token_ids' alone if the model has "
+                f"a decoder_start_token_id). Received: {_describe(inputs)}"
             )
         source = token_ids(
             "inputs['encoder_token_ids']",

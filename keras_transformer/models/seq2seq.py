@@ -23,7 +23,9 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
 
     Sinusoidal positions added to √E-scaled token embeddings, post-LN blocks
     with ReLU; the last encoder block's output feeds the cross-attention of
-    every decoder block.
+    every decoder block. The options after `tie_embeddings` cover the
+    variants pretrained checkpoints use (`kt.models.from_pretrained` sets
+    them for Marian and BART); their defaults are the paper's model.
 
     Args:
         vocabulary_size: source vocabulary size (id 0 is padding).
@@ -41,6 +43,28 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
             in the paper, and not when the target has its own vocabulary
             (untied, translation on separate vocabularies scored ≈0.75 BLEU
             higher; see docs/models.md).
+        num_decoder_layers: decoder blocks; `None` is `num_layers`
+            (distilled checkpoints have fewer decoder than encoder blocks).
+        activation: feed-forward activation (`"relu"`; Marian uses
+            `"silu"`, which Hugging Face calls swish, and BART `"gelu"`).
+        layer_norm_epsilon: LayerNorm epsilon (Hugging Face's models: 1e-5).
+        position: `"sinusoidal"` or `"learned"` positions.
+        sinusoidal_layout: `"interleaved"` (the paper) or `"concatenated"`
+            (Marian); see `kt.layers.sinusoidal_encoding`.
+        position_offset: learned positions: row of position 0 (BART: 2).
+        scale_embeddings: multiply token embeddings by √E (the paper,
+            Marian); BART checkpoints mostly do not.
+        embedding_layer_norm: a LayerNorm after adding the positions, in
+            the encoder and in the decoder (BART's `layernorm_embedding`).
+        logits_bias: add a learned bias to the logits (`final_logits_bias`).
+        decoder_start_token_id: the token the decoder starts from; with it,
+            `kt.generation.generate` may be given only `encoder_token_ids`.
+        generation_config: a dict of `kt.generation.generate` keyword
+            arguments the model is meant to be decoded with (from a
+            checkpoint's `generation_config.json`), such as
+            `decoder_start_token_id`, `end_token_id`, `max_new_tokens`,
+            `sampler`, `num_beams`: pass `**model.generation_config` to
+            `generate`; the exporters read it too. Stored in `get_config`.
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
@@ -52,9 +76,12 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
 
     Layers (attributes): `encoder_embeddings` and `decoder_embeddings`
     (`kt.layers.PositionalEmbedding`, one object when the vocabulary is
-    shared), `encoder_embeddings_dropout`, `encoder_blocks`,
-    `decoder_embeddings_dropout`, `decoder_blocks`, and `output_dense`
-    (None when tied).
+    shared), `encoder_embeddings_layer_norm` and
+    `decoder_embeddings_layer_norm` (None without `embedding_layer_norm`),
+    `encoder_embeddings_dropout`, `encoder_blocks`,
+    `decoder_embeddings_dropout`, `decoder_blocks`, `output_dense`
+    (None when tied) and `output_bias` (a `LogitsBias`, None without
+    `logits_bias`).
 
     Examples:
         >>> import numpy as np
@@ -84,6 +111,17 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         dropout=0.1,
         target_vocabulary_size=None,
         tie_embeddings=None,
+        num_decoder_layers=None,
+        activation="relu",
+        layer_norm_epsilon=1e-6,
+        position="sinusoidal",
+        sinusoidal_layout="interleaved",
+        position_offset=0,
+        scale_embeddings=True,
+        embedding_layer_norm=False,
+        logits_bias=False,
+        decoder_start_token_id=None,
+        generation_config=None,
         **kwargs,
     ):
         config = dict(
@@ -96,8 +134,42 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
             dropout=dropout,
             target_vocabulary_size=target_vocabulary_size,
             tie_embeddings=tie_embeddings,
+            num_decoder_layers=num_decoder_layers,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
+            position=position,
+            sinusoidal_layout=sinusoidal_layout,
+            position_offset=position_offset,
+            scale_embeddings=scale_embeddings,
+            embedding_layer_norm=embedding_layer_norm,
+            logits_bias=logits_bias,
+            decoder_start_token_id=decoder_start_token_id,
+            generation_config=generation_config,
         )
         check_sizes(config)
+        validation.check_positive_int(
+            "num_decoder_layers", num_decoder_layers, allow_none=True
+        )
+        for name in ("scale_embeddings", "embedding_layer_norm", "logits_bias"):
+            validation.check_bool(name, config[name])
+        if generation_config is not None and not isinstance(generation_config, dict):
+            raise ValueError(
+                "`generation_config` must be a dict of generate() arguments or "
+                f"None. Received: generation_config={generation_config!r}"
+            )
+        target_size = target_vocabulary_size or vocabulary_size
+        if decoder_start_token_id is not None and (
+            isinstance(decoder_start_token_id, bool)
+            or not isinstance(decoder_start_token_id, int)
+            or not 0 < decoder_start_token_id < target_size
+        ):
+            raise ValueError(
+                f"`decoder_start_token_id` must be an id in [1, {target_size}) (0 is "
+                f"padding). Received: decoder_start_token_id={decoder_start_token_id!r}"
+            )
+        decoder_layers = (
+            num_layers if num_decoder_layers is None else num_decoder_layers
+        )
         if target_vocabulary_size is not None:
             check_sizes(config, vocabulary_name="target_vocabulary_size")
         if tie_embeddings is not None:
@@ -106,47 +178,80 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         tied = shared if tie_embeddings is None else tie_embeddings
 
         # === Layers ===
-        def embedding(size, name):
+        def embedding(size, name, token_embedding=None):
             return PositionalEmbedding(
                 size,
                 max_sequence_length,
                 hidden_dim,
-                position="sinusoidal",
-                scale_embeddings=True,
+                position=position,
+                scale_embeddings=scale_embeddings,
+                sinusoidal_layout=sinusoidal_layout,
+                position_offset=position_offset,
+                token_embedding=token_embedding,
                 name=name,
             )
 
-        if shared:
+        def embedding_norm(name):
+            if not embedding_layer_norm:
+                return None
+            return keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, name=name
+            )
+
+        block_options = dict(
+            dropout=dropout,
+            activation=activation,
+            layer_norm_epsilon=layer_norm_epsilon,
+        )
+
+        if shared and position == "sinusoidal":  # one layer: nothing differs
             self.encoder_embeddings = embedding(vocabulary_size, "embeddings")
             self.decoder_embeddings = self.encoder_embeddings
+        elif shared:  # one token table, a position table each
+            self.encoder_embeddings = embedding(vocabulary_size, "encoder_embeddings")
+            self.encoder_embeddings.build((None, None))
+            self.decoder_embeddings = embedding(
+                vocabulary_size,
+                "decoder_embeddings",
+                token_embedding=self.encoder_embeddings.token_embedding,
+            )
         else:
             self.encoder_embeddings = embedding(vocabulary_size, "encoder_embeddings")
             self.decoder_embeddings = embedding(
                 target_vocabulary_size, "decoder_embeddings"
             )
+        self.encoder_embeddings_layer_norm = embedding_norm(
+            "encoder_embeddings_layer_norm"
+        )
         self.encoder_embeddings_dropout = keras.layers.Dropout(
             dropout, name="encoder_embeddings_dropout"
         )
         self.encoder_blocks = [
             TransformerEncoderBlock(
-                num_heads, intermediate_dim, dropout=dropout, name=f"encoder_layer_{i}"
+                num_heads, intermediate_dim, name=f"encoder_layer_{i}", **block_options
             )
             for i in range(num_layers)
         ]
+        self.decoder_embeddings_layer_norm = embedding_norm(
+            "decoder_embeddings_layer_norm"
+        )
         self.decoder_embeddings_dropout = keras.layers.Dropout(
             dropout, name="decoder_embeddings_dropout"
         )
         self.decoder_blocks = [
             TransformerDecoderBlock(
-                num_heads, intermediate_dim, dropout=dropout, name=f"decoder_layer_{i}"
+                num_heads, intermediate_dim, name=f"decoder_layer_{i}", **block_options
             )
-            for i in range(num_layers)
+            for i in range(decoder_layers)
         ]
         self.output_dense = None
         if not tied:
             self.output_dense = keras.layers.Dense(
                 self.decoder_embeddings.vocabulary_size, dtype="float32", name="logits"
             )
+        self.output_bias = None
+        if logits_bias:
+            self.output_bias = LogitsBias(name="logits_bias")
         # === Functional model ===
         inputs = {
             "encoder_token_ids": keras.Input(
@@ -172,6 +277,8 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
     def encode(self, encoder_token_ids):
         """Encoder half of the forward pass: `(B, S)` ids -> `(B, S, E)`."""
         x = self.encoder_embeddings(encoder_token_ids)  # masked at padding
+        if self.encoder_embeddings_layer_norm is not None:
+            x = self.encoder_embeddings_layer_norm(x)
         x = self.encoder_embeddings_dropout(x)
         for block in self.encoder_blocks:
             x = block(x)
@@ -196,6 +303,8 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         """
         start = 0 if index is None else index
         y = self.decoder_embeddings(decoder_token_ids, start_index=start)  # (B, T, E)
+        if self.decoder_embeddings_layer_norm is not None:
+            y = self.decoder_embeddings_layer_norm(y)
         y = self.decoder_embeddings_dropout(y)
         updated = []
         for i, block in enumerate(self.decoder_blocks):
@@ -214,6 +323,8 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
             logits = self.decoder_embeddings(y, reverse=True)  # tied weights
         else:
             logits = self.output_dense(y)
+        if self.output_bias is not None:
+            logits = self.output_bias(logits)
         return logits, (updated if caches is not None else None)
 
     def start_decoding(self, tokens, source, use_cache):
@@ -248,6 +359,24 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
             context_padding_mask=context_mask,
         )
         return logits[:, 0], (caches, cross, context_mask)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LogitsBias(keras.layers.Layer):
+    """Adds a learned bias `(V,)` to float32 logits `(..., V)` (what Hugging
+    Face's Marian and BART call `final_logits_bias`; zeros at first)."""
+
+    def build(self, inputs_shape):
+        self.bias = self.add_weight(
+            name="bias", shape=(inputs_shape[-1],), initializer="zeros", dtype="float32"
+        )
+        self.built = True
+
+    def call(self, inputs):
+        return ops.cast(inputs, "float32") + self.bias
+
+    def compute_output_shape(self, inputs_shape):
+        return inputs_shape
 
 
 @preset_factory(Seq2Seq)

@@ -11,12 +11,19 @@ import os
 from keras_transformer.models.bert import BERT
 from keras_transformer.models.bert_heads import BERTClassifier, BERTMaskedLM
 from keras_transformer.models.gpt import GPT2
-from keras_transformer.pretrained import bert, checkpoint, gpt2
+from keras_transformer.models.seq2seq import Seq2Seq
+from keras_transformer.pretrained import bert, checkpoint, gpt2, seq2seq
 from keras_transformer.text.bpe import BytePairTokenizer
-from keras_transformer.text.pretrained import END, check_savable, save_tokenizer
+from keras_transformer.text.pretrained import (
+    END,
+    check_savable,
+    check_seq2seq_tokenizer,
+    save_seq2seq_tokenizer,
+    save_tokenizer,
+)
 from keras_transformer.text.wordpiece import WordPieceTokenizer
 
-FAMILIES = {"bert": bert, "gpt2": gpt2}
+FAMILIES = {"bert": bert, "gpt2": gpt2, "marian": seq2seq, "bart": seq2seq}
 
 
 def from_pretrained(path):
@@ -28,8 +35,15 @@ def from_pretrained(path):
     `kt.models.BERTClassifier`, by the config's `architectures`; and
     `model_type: gpt2` (`GPT2LMHeadModel`, `GPT2Model`) -> `kt.models.GPT2`,
     whose ids are GPT-2's plus one (id 0 is padding here), as the
-    folder's `kt.text.tokenizer_from_pretrained` gives them. Weights are
-    read with `safetensors` (no torch or transformers needed).
+    folder's `kt.text.tokenizer_from_pretrained` gives them; and the
+    encoder-decoders `model_type: marian` (`MarianMTModel`, the opus-mt
+    translators) and `model_type: bart` (`BartForConditionalGeneration`)
+    -> `kt.models.Seq2Seq`, also with ids plus one, the checkpoint's
+    generation settings (`generation_config.json`) in the model's
+    `generation_config` and its decoder start token in
+    `decoder_start_token_id`. Weights are read with `safetensors` (no torch
+    or transformers needed); a config asking for something we do not
+    compute is refused, naming the key, before any weight is built.
 
     Args:
         path: a local checkpoint folder.
@@ -61,6 +75,10 @@ def from_pretrained(path):
             f"Unsupported checkpoint `model_type` (supported: {sorted(FAMILIES)}). "
             f"Received: model_type={model_type!r} in {path!r}"
         )
+    if FAMILIES[model_type] is seq2seq:
+        generation = checkpoint.read_generation_config(path)
+        seq2seq.config_to_arguments(config, generation)  # checks, before reading
+        return seq2seq.build(config, checkpoint.read_weights(path), generation)
     return FAMILIES[model_type].build(config, checkpoint.read_weights(path))
 
 
@@ -69,26 +87,37 @@ def save_pretrained(model, path, tokenizer=None):
 
     The folder loads with `kt.models.from_pretrained` and with Hugging Face
     `transformers` (`BertModel.from_pretrained(path)`,
-    `GPT2LMHeadModel.from_pretrained(path)`). A `GPT2`'s ids go back to
-    GPT-2's (minus one): its padding row 0 is dropped.
+    `GPT2LMHeadModel.from_pretrained(path)`,
+    `MarianMTModel.from_pretrained(path)`,
+    `BartForConditionalGeneration.from_pretrained(path)`). The ids of a
+    `GPT2` or `Seq2Seq` go back to the checkpoint's (minus one): the
+    padding row 0 is dropped. A `Seq2Seq` is written as Marian (sinusoidal
+    positions) or BART (learned positions) when its options are one of
+    theirs (what `from_pretrained` gives), with a `generation_config.json`
+    of its `generation_config`.
 
     Args:
-        model: a `kt.models.BERT`, `BERTMaskedLM`, `BERTClassifier` or
-            `GPT2`.
+        model: a `kt.models.BERT`, `BERTMaskedLM`, `BERTClassifier`,
+            `GPT2` or Marian- or BART-shaped `Seq2Seq`.
         path: the folder to write (created if needed).
         tokenizer: optionally the model's tokenizer: a
             `kt.text.WordPieceTokenizer` for BERT (written as `vocab.txt`
             and `tokenizer_config.json`) or a `kt.text.BytePairTokenizer`
             for GPT-2 (`vocab.json`, `merges.txt`, `tokenizer_config.json`).
+            For a `Seq2Seq`: a BART `kt.text.BytePairTokenizer`, or a Marian
+            `(source, target)` pair of `kt.text.SentencePieceTokenizer`
+            with a vocabulary (`source.spm`, `target.spm`, `vocab.json`).
 
     Returns:
         The folder's absolute path.
     """
-    if not isinstance(model, BERT | BERTMaskedLM | BERTClassifier | GPT2):
+    if not isinstance(model, BERT | BERTMaskedLM | BERTClassifier | GPT2 | Seq2Seq):
         raise ValueError(
-            "`model` must be a kt.models.BERT, BERTMaskedLM, BERTClassifier or "
-            f"GPT2. Received: model={model!r}"
+            "`model` must be a kt.models.BERT, BERTMaskedLM, BERTClassifier, "
+            f"GPT2 or Seq2Seq. Received: model={model!r}"
         )
+    if isinstance(model, Seq2Seq):
+        return _save_seq2seq(model, path, tokenizer)
     is_gpt2 = isinstance(model, GPT2)
     if tokenizer is not None:
         check_savable(tokenizer, BytePairTokenizer if is_gpt2 else WordPieceTokenizer)
@@ -108,6 +137,17 @@ def save_pretrained(model, path, tokenizer=None):
         checkpoint.write_folder(path, *bert.export(model))
     if tokenizer is not None:
         save_tokenizer(tokenizer, path)
+    return path
+
+
+def _save_seq2seq(model, path, tokenizer):
+    config, generation, tensors = seq2seq.export(model)  # checks the model first
+    if tokenizer is not None:
+        check_seq2seq_tokenizer(tokenizer, config["model_type"], model.vocabulary_size)
+    path = os.path.abspath(os.fspath(path))
+    checkpoint.write_folder(path, config, tensors, generation)
+    if tokenizer is not None:
+        save_seq2seq_tokenizer(tokenizer, path, config)
     return path
 
 

@@ -27,6 +27,18 @@ def read_config(path):
         return json.load(f)
 
 
+def read_generation_config(path):
+    """The folder's `generation_config.json` as a dict, or None."""
+    file = os.path.join(path, "generation_config.json")
+    if not os.path.isfile(file):
+        return None
+    try:
+        with open(file, encoding="utf-8") as f:
+            return json.load(f)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{file!r} is not valid JSON: {error}") from None
+
+
 def read_weights(path):
     """All tensors of the folder as a dict of numpy arrays (float32)."""
     from safetensors.numpy import load_file
@@ -56,13 +68,19 @@ def read_weights(path):
     return {k: v.astype("float32", copy=False) for k, v in weights.items()}
 
 
-def write_folder(path, config, weights):
-    """Writes `config.json` and `model.safetensors` into `path`."""
+def write_folder(path, config, weights, generation=None):
+    """Writes `config.json` and `model.safetensors` (and
+    `generation_config.json`) into `path`."""
     from safetensors.numpy import save_file
 
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
+    if generation is not None:
+        with open(
+            os.path.join(path, "generation_config.json"), "w", encoding="utf-8"
+        ) as f:
+            json.dump(generation, f, indent=2, sort_keys=True)
     save_file(
         {k: v for k, v in weights.items()},
         os.path.join(path, WEIGHTS),

@@ -6,13 +6,18 @@ folder's own (BERT vocabularies put `[PAD]` at id 0, as this library does).
 GPT-2-style folders (`vocab.json` + `merges.txt`) give a
 `BytePairTokenizer`, whose ids are the folder's plus one (id 0 is padding
 here; GPT-2 has none). Either kind may come as a `tokenizer.json` instead,
-which is what recent `transformers` versions write.
+which is what recent `transformers` versions write. Marian folders
+(`source.spm`, `target.spm`, `vocab.json`) give a source and a target
+`SentencePieceTokenizer` whose ids are `vocab.json`'s plus one; BART
+folders a `BytePairTokenizer` that puts `<s>` and `</s>` around each text,
+as `BartTokenizer` does, with ids plus one.
 """
 
 import json
 import os
 
 from keras_transformer.text.bpe import BytePairTokenizer
+from keras_transformer.text.sentencepiece import SentencePieceTokenizer
 from keras_transformer.text.wordpiece import WordPieceTokenizer
 
 VOCABULARY = "vocab.txt"
@@ -21,6 +26,11 @@ MERGES = "merges.txt"
 CONFIG = "tokenizer_config.json"
 TOKENIZER = "tokenizer.json"
 END = "<|endoftext|>"
+SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"
+# Hugging Face's special tokens of Marian and BART vocabularies.
+MARIAN_SPECIAL = ("</s>", "<unk>", "<pad>")
+BART_SPECIAL = ("<s>", "</s>", "<pad>", "<unk>", "<mask>")
+BART_CLASSES = ("BartTokenizer", "BartTokenizerFast", "RobertaTokenizer")
 
 
 def tokenizer_from_pretrained(path):
@@ -37,11 +47,20 @@ def tokenizer_from_pretrained(path):
     Returns:
         A `kt.text.WordPieceTokenizer` giving the ids `BertTokenizer` gives,
         or a `kt.text.BytePairTokenizer` giving `GPT2Tokenizer`'s ids plus
-        one.
+        one (for a BART folder, `BartTokenizer`'s plus one, `<s>` and
+        `</s>` included); for a Marian folder a `(source, target)` pair of
+        `kt.text.SentencePieceTokenizer`, giving `MarianTokenizer`'s ids
+        plus one, `</s>` appended (Moses punctuation normalisation, which
+        `MarianTokenizer` applies when `sacremoses` is installed, and
+        `>>lang<<` codes of multilingual models are not reproduced). None
+        truncates: cut ids to the model's length with
+        `tokenizer.truncate(ids, model.max_sequence_length)`, which keeps
+        `</s>`, as `truncation=True` does.
 
     Raises:
         FileNotFoundError: `path` has none of these files.
-        ValueError: a file is malformed, or asks for what we do not compute.
+        ValueError: a file is malformed, asks for what we do not compute, or
+            has more ids than the folder's `config.json` `vocab_size`.
 
     Examples:
         >>> import tempfile
@@ -59,12 +78,34 @@ def tokenizer_from_pretrained(path):
             f"`path` must be a checkpoint folder. Received: path={path!r}"
         )
     config = _read_json(os.path.join(path, CONFIG)) or {}
+    model_config = _read_json(os.path.join(path, "config.json")) or {}
+    if os.path.isfile(os.path.join(path, SOURCE_SPM)) or os.path.isfile(
+        os.path.join(path, TARGET_SPM)
+    ):
+        tokenizers = _marian(path)
+        _check_size(tokenizers[0], model_config, path)
+        return tokenizers
     if os.path.isfile(os.path.join(path, BPE_VOCABULARY)) and os.path.isfile(
         os.path.join(path, MERGES)
     ):
-        return BytePairTokenizer(
-            os.path.join(path, BPE_VOCABULARY), os.path.join(path, MERGES)
+        options = {}
+        if (
+            model_config.get("model_type") == "bart"
+            or config.get("tokenizer_class") in BART_CLASSES
+        ):
+            if config.get("add_prefix_space"):
+                raise ValueError(
+                    "`add_prefix_space=True` is not supported. "
+                    f"Received in {os.path.join(path, CONFIG)!r}"
+                )
+            options = _special_options(
+                BART_SPECIAL, os.path.join(path, BPE_VOCABULARY), "<s>"
+            )
+        tokenizer = BytePairTokenizer(
+            os.path.join(path, BPE_VOCABULARY), os.path.join(path, MERGES), **options
         )
+        _check_size(tokenizer, model_config, path)
+        return tokenizer
     if os.path.isfile(os.path.join(path, VOCABULARY)):
         with open(os.path.join(path, VOCABULARY), encoding="utf-8") as f:
             tokens = [line.rstrip("\r\n") for line in f]
@@ -90,6 +131,127 @@ def tokenizer_from_pretrained(path):
             f"`tokenize_chinese_chars=False` is not supported. Received in {path!r}"
         )
     return WordPieceTokenizer(tokens, lowercase=lowercase)
+
+
+def _special_options(specials, vocabulary_file, bos=None):
+    vocabulary = _read_json(vocabulary_file) or {}
+    present = [t for t in specials if t in vocabulary]
+    for token in ("</s>",) + ((bos,) if bos else ()):
+        if token not in vocabulary:
+            raise ValueError(f"{vocabulary_file!r} lacks the special token {token!r}.")
+    return {
+        "bos_token": bos,
+        "eos_token": "</s>",
+        "special_tokens": [t for t in present if t not in (bos, "</s>")],
+    }
+
+
+def _marian(path):
+    """`(source, target)` SentencePiece tokenizers of a Marian folder."""
+    files = [
+        os.path.join(path, name) for name in (SOURCE_SPM, TARGET_SPM, BPE_VOCABULARY)
+    ]
+    for file in files:
+        if not os.path.isfile(file):
+            raise FileNotFoundError(
+                f"A Marian tokenizer needs {SOURCE_SPM}, {TARGET_SPM} and "
+                f"{BPE_VOCABULARY}; {file!r} is missing."
+            )
+    if os.path.isfile(os.path.join(path, "target_vocab.json")):
+        raise ValueError(
+            "Marian tokenizers with separate vocabularies (target_vocab.json) are "
+            f"not supported. Received: path={path!r}"
+        )
+    options = _special_options(MARIAN_SPECIAL, files[2])
+    return tuple(
+        SentencePieceTokenizer(spm, vocabulary=files[2], **options) for spm in files[:2]
+    )
+
+
+def _check_size(tokenizer, model_config, path):
+    size = model_config.get("vocab_size")
+    if size is not None and tokenizer.vocabulary_size() - 1 > size:
+        raise ValueError(
+            f"The tokenizer files in {path!r} have {tokenizer.vocabulary_size() - 1} "
+            f"tokens, more than the model's vocab_size={size} (config.json): they "
+            "do not belong together."
+        )
+
+
+def check_seq2seq_tokenizer(tokenizer, family, vocabulary_size):
+    """A BART `BytePairTokenizer`, or a Marian `(source, target)` pair of
+    `SentencePieceTokenizer` with a vocabulary, of at most
+    `vocabulary_size` ids; else a ValueError."""
+    if family == "marian":
+        good = (
+            isinstance(tokenizer, tuple | list)
+            and len(tokenizer) == 2
+            and all(
+                isinstance(t, SentencePieceTokenizer) and t.piece_vocabulary is not None
+                for t in tokenizer
+            )
+            and tokenizer[0].piece_vocabulary == tokenizer[1].piece_vocabulary
+        )
+        what = (
+            "a (source, target) pair of kt.text.SentencePieceTokenizer sharing "
+            "a vocabulary"
+        )
+        size = tokenizer[0].vocabulary_size() if good else None
+    else:
+        good = isinstance(tokenizer, BytePairTokenizer)
+        what = "a kt.text.BytePairTokenizer"
+        size = tokenizer.vocabulary_size() if good else None
+    if not good:
+        raise ValueError(
+            f"For a {family} model, `tokenizer` must be {what}. "
+            f"Received: tokenizer={tokenizer!r}"
+        )
+    if size > vocabulary_size:
+        raise ValueError(
+            f"`tokenizer` has {size} ids but `model` only {vocabulary_size}: "
+            f"they do not belong together. Received: tokenizer={tokenizer!r}"
+        )
+
+
+def save_seq2seq_tokenizer(tokenizer, path, model_config):
+    """Writes a Marian or BART tokenizer as `transformers` reads it."""
+    limit = model_config["max_position_embeddings"]
+    if model_config["model_type"] == "bart":
+        _save_bpe(tokenizer, path)
+        config = {
+            "tokenizer_class": "BartTokenizer",
+            "add_prefix_space": False,
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "model_max_length": limit,
+            **{
+                name: token
+                for name, token in [
+                    ("pad_token", "<pad>"),
+                    ("unk_token", "<unk>"),
+                    ("mask_token", "<mask>"),
+                ]
+                if token in tokenizer.get_vocabulary()
+            },
+        }
+    else:
+        source, target = tokenizer
+        for name, spm in [(SOURCE_SPM, source), (TARGET_SPM, target)]:
+            with open(os.path.join(path, name), "wb") as f:
+                f.write(spm.proto)
+        with open(os.path.join(path, BPE_VOCABULARY), "w", encoding="utf-8") as f:
+            vocabulary = {t: i for i, t in enumerate(source.piece_vocabulary)}
+            json.dump(vocabulary, f, ensure_ascii=False)
+        config = {
+            "tokenizer_class": "MarianTokenizer",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "pad_token": "<pad>",
+            "model_max_length": limit,
+            "separate_vocabs": False,
+        }
+    with open(os.path.join(path, CONFIG), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
 
 
 def _read_json(path):

@@ -2,6 +2,7 @@
 
 import base64
 import io
+import json
 import os
 
 import keras
@@ -14,6 +15,7 @@ from keras_transformer.text.tokenizer import Tokenizer
 # Piece 0 must be padding: ours, or the name other SentencePiece models use.
 PAD_PIECES = (common.PAD, "<pad>")
 BYTE_PIECES = 256
+MARIAN_UNK = "<unk>"
 
 
 def train_sentencepiece(
@@ -127,12 +129,22 @@ class SentencePieceTokenizer(Tokenizer):
     (`kt.text.train_sentencepiece`). The proto is stored in `get_config`, so
     `.keras` files carry it. Invalid UTF-8 bytes are replaced by U+FFFD.
 
+    With a `vocabulary` (Marian's `vocab.json`), the proto only cuts the
+    text into pieces and the ids come from the vocabulary, plus one (id 0
+    is padding here): the pieces Hugging Face's `MarianTokenizer` finds, a
+    piece outside the vocabulary as `<unk>`. `detokenize` then joins the
+    pieces and turns `▁` into spaces, as `MarianTokenizer.decode` does.
+
     Args:
         proto: a serialized SentencePiece model (`bytes`) or the path of a
-            `.model` file. Piece 0 must be padding (`[PAD]` or `<pad>`).
+            `.model` file. Without `vocabulary`, piece 0 must be padding
+            (`[PAD]` or `<pad>`).
         sequence_length: if set, outputs are padded with 0 or truncated to
             this length; otherwise batches give ragged ids.
-        **kwargs: base `keras.layers.Layer` arguments.
+        vocabulary: optionally a dict piece -> id (ids 0..N-1), or the path
+            of a `vocab.json`, holding `<unk>`.
+        **kwargs: `bos_token`, `eos_token`, `special_tokens` (see
+            `kt.text.Tokenizer`) and base `keras.layers.Layer` arguments.
 
     Call arguments:
         inputs: a string or a rank-1 batch of strings.
@@ -149,7 +161,7 @@ class SentencePieceTokenizer(Tokenizer):
         array([b'c b a'], dtype=object)
     """
 
-    def __init__(self, proto, sequence_length=None, **kwargs):
+    def __init__(self, proto, sequence_length=None, vocabulary=None, **kwargs):
         super().__init__(sequence_length=sequence_length, **kwargs)
         if isinstance(proto, str | os.PathLike):
             path = os.fspath(proto)
@@ -175,6 +187,10 @@ class SentencePieceTokenizer(Tokenizer):
                 f"Received: proto={proto!r:.80}"
             ) from error
         tokens = [p.decode("utf-8") for p in pieces]
+        if vocabulary is not None:
+            self._set_piece_vocabulary(vocabulary)
+            return
+        self.piece_vocabulary = None
         if tokens[0] not in PAD_PIECES:
             raise ValueError(
                 f"`proto` must have padding as piece 0 ({' or '.join(PAD_PIECES)}). "
@@ -185,15 +201,69 @@ class SentencePieceTokenizer(Tokenizer):
             # Other models call it <unk>; detokenize maps bad ids to it.
             self._token_to_id[common.UNK] = int(self._sentencepiece.string_to_id(""))
 
+    def _set_piece_vocabulary(self, vocabulary):
+        if isinstance(vocabulary, str | os.PathLike):
+            path = os.fspath(vocabulary)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"Vocabulary file not found: {path!r}")
+            try:
+                with open(path, encoding="utf-8") as f:
+                    vocabulary = json.load(f)
+            except (ValueError, UnicodeDecodeError) as error:
+                raise ValueError(f"{path!r} is not valid JSON: {error}") from None
+        if isinstance(vocabulary, list | tuple):  # tokens in id order
+            vocabulary = {t: i for i, t in enumerate(vocabulary)}
+        if (
+            not isinstance(vocabulary, dict)
+            or sorted(vocabulary.values()) != list(range(len(vocabulary)))
+            or not all(isinstance(t, str) for t in vocabulary)
+        ):
+            raise ValueError(
+                "`vocabulary` must map pieces to the ids 0..N-1. Received: "
+                f"vocabulary={common.preview(vocabulary or [])}"
+            )
+        if MARIAN_UNK not in vocabulary:
+            raise ValueError(
+                f"`vocabulary` must hold {MARIAN_UNK!r}. "
+                f"Received: vocabulary={common.preview(vocabulary)}"
+            )
+        tokens = sorted(vocabulary, key=vocabulary.get)
+        self.piece_vocabulary = tokens
+        self._set_vocabulary([common.PAD, *tokens])  # our id = their id + 1
+        self._pieces = tf_text.SentencepieceTokenizer(
+            model=self.proto, out_type=tf.string
+        )
+        self._piece_ids = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(tokens), tf.range(1, len(tokens) + 1, dtype=tf.int32)
+            ),
+            default_value=self._token_to_id[MARIAN_UNK],
+        )
+        self._id_pieces = tf.constant(["", *tokens])
+
     def _tokenize(self, strings):
-        return self._sentencepiece.tokenize(strings)
+        if self.piece_vocabulary is None:
+            return self._sentencepiece.tokenize(strings)
+        pieces = self._pieces.tokenize(strings)  # (B, None) strings
+        return tf.ragged.map_flat_values(self._piece_ids.lookup, pieces)
 
     def _detokenize(self, ids):
-        return self._sentencepiece.detokenize(ids)
+        if self.piece_vocabulary is None:
+            return self._sentencepiece.detokenize(ids)
+        pieces = tf.ragged.map_flat_values(tf.gather, self._id_pieces, ids)
+        text = tf.strings.reduce_join(pieces, axis=-1)
+        return tf.strings.strip(tf.strings.regex_replace(text, "\u2581", " "))
+
+    def _unknown_id(self):
+        if self.piece_vocabulary is None:
+            return super()._unknown_id()
+        return self._token_to_id[MARIAN_UNK]
 
     def get_config(self):
         config = super().get_config()
         config.update({"proto": base64.b64encode(self.proto).decode("ascii")})
+        if self.piece_vocabulary is not None:
+            config["vocabulary"] = list(self.piece_vocabulary)
         return config
 
     @classmethod

@@ -28,21 +28,89 @@ class Tokenizer(keras.layers.Layer):
         sequence_length: if set, `tokenize` returns dense `(B, sequence_length)`
             ids, truncated or padded with 0; if None, a `tf.RaggedTensor`
             `(B, None)` (a dense `(T,)` tensor for a single string).
+        bos_token: a token of the vocabulary put before every sequence, or
+            None (BART's `<s>`).
+        eos_token: a token put after every sequence, or None (Marian's and
+            BART's `</s>`). A sequence truncated to `sequence_length` (or by
+            `truncate`) keeps both, as Hugging Face's tokenizers do.
+        special_tokens: tokens of the vocabulary that `detokenize` drops, as
+            Hugging Face's `skip_special_tokens=True` does (`bos_token` and
+            `eos_token` are always dropped).
         **kwargs: base `keras.layers.Layer` arguments.
     """
 
-    def __init__(self, sequence_length=None, **kwargs):
+    def __init__(
+        self,
+        sequence_length=None,
+        bos_token=None,
+        eos_token=None,
+        special_tokens=None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         validation.check_positive_int(
             "sequence_length", sequence_length, allow_none=True
         )
+        for name, token in [("bos_token", bos_token), ("eos_token", eos_token)]:
+            if token is not None and not isinstance(token, str):
+                raise ValueError(
+                    f"`{name}` must be a token (a string) or None. "
+                    f"Received: {name}={token!r}"
+                )
+        added = (bos_token is not None) + (eos_token is not None)
+        if sequence_length is not None and sequence_length <= added:
+            raise ValueError(
+                f"`sequence_length` must leave room for a token besides "
+                f"bos_token and eos_token. Received: sequence_length={sequence_length}"
+            )
         self.sequence_length = sequence_length
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self.special_tokens = list(special_tokens or [])
         self._vocabulary = []
         self._token_to_id = {}
 
     def _set_vocabulary(self, tokens):
         self._vocabulary = list(tokens)
         self._token_to_id = {token: i for i, token in enumerate(tokens)}
+        for name, token in [
+            ("bos_token", self.bos_token),
+            ("eos_token", self.eos_token),
+            *(("special_tokens", t) for t in self.special_tokens),
+        ]:
+            if token is not None and token not in self._token_to_id:
+                raise ValueError(
+                    f"`{name}` must be a token of the vocabulary. "
+                    f"Received: {name}={token!r}"
+                )
+
+    def _added_ids(self):
+        """`(bos id or None, eos id or None)`."""
+        return tuple(
+            None if t is None else self._token_to_id[t]
+            for t in (self.bos_token, self.eos_token)
+        )
+
+    def truncate(self, ids, length):
+        """Ragged ids `(B, None)` from `tokenize` cut to at most `length`
+        tokens, keeping `eos_token` at the end (and `bos_token` first)."""
+        bos, eos = self._added_ids()
+        if eos is None:
+            return ids[:, :length]
+        body = ids[:, :-1][:, : length - 1]  # without its eos, cut
+        ends = tf.fill([body.nrows(), 1], tf.constant(eos, ids.dtype))
+        return tf.concat([body, ends], axis=1)
+
+    def _with_added(self, ids):
+        """Puts `bos_token` and `eos_token` around each row of `ids`."""
+        bos, eos = self._added_ids()
+        rows = ids.nrows()
+        parts = [ids]
+        if bos is not None:
+            parts.insert(0, tf.fill([rows, 1], tf.constant(bos, ids.dtype)))
+        if eos is not None:
+            parts.append(tf.fill([rows, 1], tf.constant(eos, ids.dtype)))
+        return ids if len(parts) == 1 else tf.concat(parts, axis=1)
 
     def __call__(self, inputs, *args, **kwargs):
         # Keras reads a Python list as several inputs; here it is one batch.
@@ -69,6 +137,10 @@ class Tokenizer(keras.layers.Layer):
         strings = common.as_strings(inputs)
         batch = common.replace_invalid_utf8(tf.reshape(strings, [-1]))
         ids = self._tokenize(batch)  # (B, None)
+        added = sum(i is not None for i in self._added_ids())
+        if self.sequence_length is not None and added:
+            ids = ids[:, : self.sequence_length - added]  # room for bos and eos
+        ids = self._with_added(ids)
         if self.sequence_length is not None:
             ids = ids.to_tensor(shape=[None, self.sequence_length])  # pads 0
         if strings.shape.rank == 0:
@@ -104,6 +176,12 @@ class Tokenizer(keras.layers.Layer):
         if not isinstance(batch, tf.RaggedTensor):
             batch = tf.RaggedTensor.from_tensor(batch)
         batch = tf.ragged.boolean_mask(batch, tf.not_equal(batch, 0))
+        dropped = [i for i in self._added_ids() if i is not None] + [
+            self._token_to_id[t] for t in self.special_tokens
+        ]
+        if dropped:
+            keep = tf.reduce_all(batch.flat_values[:, None] != dropped, axis=1)
+            batch = tf.ragged.boolean_mask(batch, batch.with_flat_values(keep))
         unknown, size = self._unknown_id(), self.vocabulary_size()
         if unknown is None:
             batch = tf.ragged.boolean_mask(batch, (batch > 0) & (batch < size))
@@ -158,6 +236,11 @@ class Tokenizer(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update({"sequence_length": self.sequence_length})
+        for name in ("bos_token", "eos_token"):
+            if getattr(self, name) is not None:
+                config[name] = getattr(self, name)
+        if self.special_tokens:
+            config["special_tokens"] = list(self.special_tokens)
         return config
 
     def compute_output_spec(self, inputs):

@@ -1,0 +1,487 @@
+"""Hugging Face Marian and BART checkpoints (`model_type: marian`,
+`MarianMTModel`; `model_type: bart`, `BartForConditionalGeneration`) <->
+`kt.models.Seq2Seq`.
+
+Both are post-LN encoder-decoders with one token table shared by the
+encoder, the decoder and the output projection, plus `final_logits_bias`.
+They differ in a few points, each a `Seq2Seq` option:
+
+- positions: Marian's are sinusoidal with the sines first, then the
+  cosines (`sinusoidal_layout="concatenated"`); BART's are learned, with
+  offset 2 (`position="learned", position_offset=2`);
+- the √E embedding scale follows `scale_embedding` (True in opus-mt, False
+  in bart-large);
+- BART has an embedding LayerNorm (`embedding_layer_norm=True`);
+- activation: Marian's swish is `"silu"`, BART's GELU the exact `"gelu"`;
+- the decoder starts from Marian's pad token, and from BART's `</s>`.
+
+Ids: id 0 is padding in this library, and neither family has its pad at 0
+(Marian's is the last id, BART's is 1), so, as for GPT-2, our ids are the
+checkpoint's plus one. Our token table and logits bias have one more row,
+row 0, set to zeros on import (the samplers never choose id 0) and dropped
+by `save_pretrained`. The checkpoint's own pad token keeps a row (our id
+pad + 1): Marian's decoder starts from it.
+
+The checkpoint's generation settings (`generation_config.json`, or the
+legacy keys of `config.json`) become the model's `generation_config`, in
+our ids: pass `**model.generation_config` to `kt.generation.generate` to
+decode as `transformers`' `generate` does by default.
+
+Shape legend: V vocabulary, E hidden size, H heads, D head size, F
+feed-forward size.
+"""
+
+import numpy as np
+
+from keras_transformer.models.seq2seq import Seq2Seq
+from keras_transformer.pretrained import checkpoint
+
+ACTIVATIONS = {
+    "swish": "silu",
+    "silu": "silu",
+    "gelu": "gelu",
+    "relu": "relu",
+    "gelu_new": "gelu_approximate",
+}
+ARCHITECTURES = {
+    "marian": ("MarianMTModel",),
+    "bart": ("BartForConditionalGeneration",),
+}
+# What we compute exactly: key -> the allowed values (the first is the
+# default when the key is missing).
+REQUIRED = {
+    "marian": {
+        "share_encoder_decoder_embeddings": (True,),
+        "tie_word_embeddings": (True,),
+        "activation_function": tuple(ACTIVATIONS),
+    },
+    "bart": {
+        "tie_word_embeddings": (True,),
+        "activation_function": tuple(ACTIVATIONS),
+    },
+}
+NAMES = {"marian": "Marian", "bart": "BART"}
+# Keys of generation_config.json (or legacy config.json keys) we follow.
+GENERATION_KEYS = (
+    "max_length",
+    "max_new_tokens",
+    "min_length",
+    "min_new_tokens",
+    "num_beams",
+    "length_penalty",
+    "early_stopping",
+    "no_repeat_ngram_size",
+    "bad_words_ids",
+    "suppress_tokens",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "renormalize_logits",
+    "eos_token_id",
+    "decoder_start_token_id",
+    "do_sample",
+    "num_beam_groups",
+    "repetition_penalty",
+)
+MAX_LENGTH = (
+    20  # transformers' default when neither max_length nor max_new_tokens is set
+)
+
+
+def config_to_arguments(config, generation=None):
+    """`Seq2Seq` constructor arguments from a Hugging Face `config.json`
+    (and `generation_config.json`), every value checked before any weight
+    is built."""
+    family = config["model_type"]
+    name = NAMES[family]
+    checkpoint.check_architecture(config, name, ARCHITECTURES[family])
+    checkpoint.check_supported(config, name, REQUIRED[family])
+    for encoder_key, decoder_key in [
+        ("encoder_attention_heads", "decoder_attention_heads"),
+        ("encoder_ffn_dim", "decoder_ffn_dim"),
+    ]:
+        if config.get(encoder_key) != config.get(decoder_key):
+            raise ValueError(
+                f"This {name} checkpoint's encoder and decoder differ in "
+                f"`{decoder_key}` (kt.models.Seq2Seq shares it). Received: "
+                f"{encoder_key}={config.get(encoder_key)!r}, "
+                f"{decoder_key}={config.get(decoder_key)!r}"
+            )
+    vocabulary = config["vocab_size"]
+    if (
+        family == "marian"
+        and config.get("decoder_vocab_size", vocabulary) != vocabulary
+    ):
+        raise ValueError(
+            "Marian checkpoints with a separate target vocabulary are not "
+            f"supported. Received: decoder_vocab_size={config['decoder_vocab_size']!r}"
+            f", vocab_size={vocabulary!r}"
+        )
+    marian = family == "marian"
+    start = config.get("decoder_start_token_id")
+    if start is None:
+        raise ValueError(
+            f"This {name} checkpoint has no `decoder_start_token_id`. "
+            "Received: decoder_start_token_id=None"
+        )
+    return dict(
+        vocabulary_size=vocabulary + 1,  # + our padding id 0
+        num_layers=config["encoder_layers"],
+        num_decoder_layers=config["decoder_layers"],
+        num_heads=config["encoder_attention_heads"],
+        hidden_dim=config["d_model"],
+        intermediate_dim=config["encoder_ffn_dim"],
+        max_sequence_length=config["max_position_embeddings"],
+        dropout=config.get("dropout", 0.1),
+        tie_embeddings=True,
+        activation=ACTIVATIONS[config.get("activation_function", "gelu")],
+        layer_norm_epsilon=1e-5,  # torch.nn.LayerNorm's default, as both use
+        position="sinusoidal" if marian else "learned",
+        sinusoidal_layout="concatenated",
+        position_offset=0 if marian else 2,
+        scale_embeddings=bool(config.get("scale_embedding", False)),
+        embedding_layer_norm=not marian,
+        logits_bias=True,
+        decoder_start_token_id=start + 1,
+        generation_config=generation_arguments(config, generation, name),
+    )
+
+
+def generation_arguments(config, generation, name):
+    """`kt.generation.generate` keyword arguments (our ids) of a
+    checkpoint's generation settings; a ValueError names a setting we do
+    not reproduce."""
+    settings = {k: config[k] for k in GENERATION_KEYS if config.get(k) is not None}
+    settings.update({k: v for k, v in (generation or {}).items() if v is not None})
+
+    def unsupported(key, why):
+        raise ValueError(
+            f"This {name} checkpoint's generation setting `{key}` is not "
+            f"supported ({why}). Received: {key}={settings[key]!r}"
+        )
+
+    if settings.get("do_sample"):
+        unsupported("do_sample", "greedy and beam search are reproduced")
+    if settings.get("num_beam_groups", 1) != 1:
+        unsupported("num_beam_groups", "diverse beam search is not implemented")
+    if settings.get("repetition_penalty", 1.0) != 1.0:
+        unsupported("repetition_penalty", "not implemented")
+    end = settings.get("eos_token_id")
+    if isinstance(end, list):
+        if len(end) != 1:
+            unsupported("eos_token_id", "one end token only")
+        end = end[0]
+    if end is None:
+        raise ValueError(f"This {name} checkpoint has no `eos_token_id`.")
+    arguments = {"end_token_id": end + 1}
+    if "max_new_tokens" in settings:
+        arguments["max_new_tokens"] = settings["max_new_tokens"]
+    else:  # max_length counts the decoder start token
+        arguments["max_new_tokens"] = settings.get("max_length", MAX_LENGTH) - 1
+    beams = settings.get("num_beams", 1)
+    if beams > 1:
+        arguments.update(
+            sampler="beam",
+            rules="transformers",
+            num_beams=beams,
+            length_penalty=float(settings.get("length_penalty", 1.0)),
+            early_stopping=settings.get("early_stopping", False),
+        )
+    else:
+        arguments["sampler"] = "greedy"
+    if settings.get("min_new_tokens"):
+        arguments["min_new_tokens"] = settings["min_new_tokens"]
+    elif settings.get("min_length", 0) > 1:  # min_length counts the start token
+        arguments["min_new_tokens"] = settings["min_length"] - 1
+    if settings.get("no_repeat_ngram_size"):
+        arguments["no_repeat_ngram_size"] = settings["no_repeat_ngram_size"]
+    suppressed = list(settings.get("suppress_tokens") or [])
+    for words in settings.get("bad_words_ids") or []:
+        if len(words) != 1:
+            unsupported("bad_words_ids", "single-token entries only")
+        suppressed.append(words[0])
+    if suppressed:
+        arguments["suppressed_token_ids"] = sorted({t + 1 for t in suppressed})
+    if settings.get("forced_bos_token_id") is not None:
+        arguments["forced_first_token_id"] = settings["forced_bos_token_id"] + 1
+    forced_end = settings.get("forced_eos_token_id")
+    if forced_end is not None:
+        if forced_end != end and forced_end != [end]:
+            unsupported("forced_eos_token_id", "it must be the eos_token_id")
+        arguments["force_end_token"] = True
+    if settings.get("renormalize_logits"):
+        arguments["renormalize_logits"] = True
+    return arguments
+
+
+def generation_settings(model):
+    """The `generation_config.json` of a model's `generation_config` (ids
+    back to the checkpoint's)."""
+    arguments = dict(model.generation_config or {})
+    settings = {"decoder_start_token_id": model.decoder_start_token_id - 1}
+    if "end_token_id" in arguments:
+        settings["eos_token_id"] = arguments["end_token_id"] - 1
+    if "max_new_tokens" in arguments:
+        settings["max_length"] = arguments["max_new_tokens"] + 1
+    if arguments.get("sampler") == "beam":
+        settings.update(
+            num_beams=arguments.get("num_beams", 4),
+            length_penalty=arguments.get("length_penalty", 1.0),
+            early_stopping=arguments.get("early_stopping", False),
+        )
+    if arguments.get("min_new_tokens"):
+        settings["min_length"] = arguments["min_new_tokens"] + 1
+    if arguments.get("no_repeat_ngram_size"):
+        settings["no_repeat_ngram_size"] = arguments["no_repeat_ngram_size"]
+    if arguments.get("suppressed_token_ids"):
+        settings["bad_words_ids"] = [[t - 1] for t in arguments["suppressed_token_ids"]]
+    if arguments.get("forced_first_token_id") is not None:
+        settings["forced_bos_token_id"] = arguments["forced_first_token_id"] - 1
+    if arguments.get("force_end_token") and "eos_token_id" in settings:
+        settings["forced_eos_token_id"] = settings["eos_token_id"]
+    if arguments.get("renormalize_logits"):
+        settings["renormalize_logits"] = True
+    return settings
+
+
+def family_of(model):
+    """`"marian"` or `"bart"`: the checkpoint layout a `Seq2Seq` can be
+    written in, or a ValueError naming what does not fit either."""
+    marian = model.position == "sinusoidal"
+    expected = {
+        "tie_embeddings": (True, None),
+        "target_vocabulary_size": (None,),
+        "logits_bias": (True,),
+        "decoder_start_token_id": "set",
+        "layer_norm_epsilon": (1e-5,),
+    }
+    if marian:
+        expected.update(
+            sinusoidal_layout=("concatenated",),
+            embedding_layer_norm=(False,),
+        )
+    else:
+        expected.update(position_offset=(2,), embedding_layer_norm=(True,))
+    for key, allowed in expected.items():
+        value = getattr(model, key)
+        if (allowed == "set" and value is None) or (
+            allowed != "set" and value not in allowed
+        ):
+            raise ValueError(
+                "save_pretrained writes a Seq2Seq as a Marian or BART checkpoint: "
+                "tied shared embeddings, logits_bias=True, a decoder_start_token_id, "
+                "layer_norm_epsilon=1e-5, and Marian's concatenated sinusoids or "
+                f"BART's offset-2 learned positions with an embedding LayerNorm. "
+                f"Received: {key}={value!r}"
+            )
+    if model.activation not in ACTIVATIONS.values():
+        raise ValueError(
+            f"`activation` {model.activation!r} has no Hugging Face name "
+            f"(supported: {sorted(set(ACTIVATIONS.values()))})."
+        )
+    return "marian" if marian else "bart"
+
+
+def arguments_to_config(model, family):
+    """The Hugging Face `config.json` of a `Seq2Seq` in `family`'s layout."""
+    generation = generation_settings(model)
+    end = generation.get("eos_token_id", 0 if family == "marian" else 2)
+    activation = {"silu": "swish", "gelu_approximate": "gelu_new"}.get(
+        model.activation, model.activation
+    )
+    vocabulary = model.vocabulary_size - 1
+    config = {
+        "architectures": list(ARCHITECTURES[family]),
+        "model_type": family,
+        "vocab_size": vocabulary,
+        "d_model": model.hidden_dim,
+        "encoder_layers": model.num_layers,
+        "decoder_layers": model.num_decoder_layers or model.num_layers,
+        "encoder_attention_heads": model.num_heads,
+        "decoder_attention_heads": model.num_heads,
+        "encoder_ffn_dim": model.intermediate_dim,
+        "decoder_ffn_dim": model.intermediate_dim,
+        "max_position_embeddings": model.max_sequence_length,
+        "activation_function": activation,
+        "scale_embedding": model.scale_embeddings,
+        "dropout": model.dropout,
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+        "tie_word_embeddings": True,
+        "is_encoder_decoder": True,
+        "decoder_start_token_id": generation["decoder_start_token_id"],
+        "eos_token_id": end,
+        "forced_eos_token_id": generation.get("forced_eos_token_id"),
+        "init_std": 0.02,
+    }
+    if family == "marian":
+        # Marian's pad is its decoder start token.
+        config.update(
+            pad_token_id=generation["decoder_start_token_id"],
+            decoder_vocab_size=vocabulary,
+            share_encoder_decoder_embeddings=True,
+        )
+    else:
+        config.update(pad_token_id=1, bos_token_id=0)
+        if "forced_bos_token_id" in generation:
+            config["forced_bos_token_id"] = generation["forced_bos_token_id"]
+    return config, generation
+
+
+SAME = checkpoint.SAME
+LINEAR = (lambda w: w.T, lambda w: w.T)
+# Our row 0 is padding: the checkpoint's token t is our row t + 1.
+SHIFT = (
+    lambda w: np.concatenate([np.zeros_like(w[:1]), w]),
+    lambda w: w[1:],
+)
+LOGITS_BIAS = (  # (1, V) <-> (V + 1,)
+    lambda b: np.concatenate([[0.0], b.reshape(-1)]).astype("float32"),
+    lambda b: b[None, 1:],
+)
+
+
+def _attention_pairs(prefix, attention, heads, size):
+    project = (  # torch (H*D, E) <-> Keras (E, H, D)
+        lambda w: w.T.reshape(-1, heads, size),
+        lambda w: w.reshape(w.shape[0], -1).T,
+    )
+    project_bias = (lambda b: b.reshape(heads, size), lambda b: b.reshape(-1))
+    output = (  # torch (E, H*D) <-> Keras (H, D, E)
+        lambda w: w.T.reshape(heads, size, -1),
+        lambda w: w.reshape(heads * size, -1).T,
+    )
+    pairs = []
+    for name, layer in [
+        ("q_proj", attention.query_dense),
+        ("k_proj", attention.key_dense),
+        ("v_proj", attention.value_dense),
+    ]:
+        pairs += [
+            (f"{prefix}.{name}.weight", layer.kernel, project),
+            (f"{prefix}.{name}.bias", layer.bias, project_bias),
+        ]
+    return pairs + [
+        (f"{prefix}.out_proj.weight", attention.output_dense.kernel, output),
+        (f"{prefix}.out_proj.bias", attention.output_dense.bias, SAME),
+    ]
+
+
+def _feedforward_pairs(prefix, block):
+    return [
+        (f"{prefix}.fc1.weight", block.feedforward_intermediate_dense.kernel, LINEAR),
+        (f"{prefix}.fc1.bias", block.feedforward_intermediate_dense.bias, SAME),
+        (f"{prefix}.fc2.weight", block.feedforward_output_dense.kernel, LINEAR),
+        (f"{prefix}.fc2.bias", block.feedforward_output_dense.bias, SAME),
+        *checkpoint.norm_pairs(
+            f"{prefix}.final_layer_norm", block.feedforward_layer_norm
+        ),
+    ]
+
+
+def _pairs(model):
+    """`(Hugging Face name, our variable, (to ours, to theirs))` for every
+    tensor of a Marian- or BART-shaped `Seq2Seq`."""
+    heads = model.num_heads
+    size = model.hidden_dim // heads
+    pairs = [
+        (
+            "model.shared.weight",
+            model.encoder_embeddings.token_embedding.embeddings,
+            SHIFT,
+        ),
+        ("final_logits_bias", model.output_bias.bias, LOGITS_BIAS),
+    ]
+    for side in ("encoder", "decoder"):
+        embeddings = getattr(model, f"{side}_embeddings")
+        if model.position == "learned":
+            pairs.append(
+                (
+                    f"model.{side}.embed_positions.weight",
+                    embeddings.position_embeddings,
+                    SAME,
+                )
+            )
+        norm = getattr(model, f"{side}_embeddings_layer_norm")
+        if norm is not None:
+            pairs += checkpoint.norm_pairs(f"model.{side}.layernorm_embedding", norm)
+    for i, block in enumerate(model.encoder_blocks):
+        prefix = f"model.encoder.layers.{i}"
+        pairs += _attention_pairs(
+            f"{prefix}.self_attn", block.self_attention_layer, heads, size
+        )
+        pairs += checkpoint.norm_pairs(
+            f"{prefix}.self_attn_layer_norm", block.self_attention_layer_norm
+        )
+        pairs += _feedforward_pairs(prefix, block)
+    for i, block in enumerate(model.decoder_blocks):
+        prefix = f"model.decoder.layers.{i}"
+        pairs += _attention_pairs(
+            f"{prefix}.self_attn", block.self_attention_layer, heads, size
+        )
+        pairs += checkpoint.norm_pairs(
+            f"{prefix}.self_attn_layer_norm", block.self_attention_layer_norm
+        )
+        pairs += _attention_pairs(
+            f"{prefix}.encoder_attn", block.cross_attention_layer, heads, size
+        )
+        pairs += checkpoint.norm_pairs(
+            f"{prefix}.encoder_attn_layer_norm", block.cross_attention_layer_norm
+        )
+        pairs += _feedforward_pairs(prefix, block)
+    return pairs
+
+
+def _key(weights, name):
+    """The checkpoint's key for `name` (`BartModel`-style keys lack the
+    `model.` prefix)."""
+    for candidate in (name, name.removeprefix("model.")):
+        if candidate in weights:
+            return candidate
+    raise ValueError(
+        f"The checkpoint has no tensor {name!r}; it does not look like a "
+        "checkpoint of its config.json's sizes."
+    )
+
+
+# Tied copies of the shared table, and Marian's sinusoid buffers, carry no
+# weights of their own.
+COPIES = ("embed_tokens.weight", "lm_head.weight")
+
+
+def build(config, weights, generation=None):
+    """Our `Seq2Seq` of a Marian or BART checkpoint, weights in place."""
+    arguments = config_to_arguments(config, generation)
+    shared = weights.get(_key_or_none(weights, "model.shared.weight"))
+    for key in [k for k in weights if k.endswith(COPIES)]:
+        if (
+            shared is None
+            or weights[key].shape != shared.shape
+            or not np.array_equal(weights[key], shared)
+        ):
+            raise ValueError(
+                f"The checkpoint's {key!r} differs from its shared token table; "
+                "kt.models.Seq2Seq ties them (untied embeddings are not supported)."
+            )
+    ignored = COPIES + (
+        ("embed_positions.weight",) if config["model_type"] == "marian" else ()
+    )
+    model = Seq2Seq(**arguments)
+    if "final_logits_bias" not in weights:  # some exports leave the zeros out
+        weights = {**weights, "final_logits_bias": np.zeros((1, config["vocab_size"]))}
+    checkpoint.assign(_pairs(model), weights, _key, ignored)
+    return model
+
+
+def _key_or_none(weights, name):
+    try:
+        return _key(weights, name)
+    except ValueError:
+        return None
+
+
+def export(model):
+    """`(config, generation settings, tensors)` of a Marian- or BART-shaped
+    `Seq2Seq`, in Hugging Face's names and layouts."""
+    family = family_of(model)
+    config, generation = arguments_to_config(model, family)
+    return config, generation, checkpoint.tensors(_pairs(model))
