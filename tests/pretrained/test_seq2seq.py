@@ -1,0 +1,239 @@
+"""Marian and BART checkpoints: loaded exactly, tokenized and decoded as
+`transformers` does, written back.
+
+The fixtures (tests/fixtures/hf/{marian,bart}_tiny*) come from
+tests/fixtures/make_seq2seq_fixtures.py, run with torch and transformers;
+these tests read them without either.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "hf")
+FAMILIES = ["marian_tiny", "bart_tiny"]
+BEAM_KEYS = ("rules", "num_beams", "length_penalty", "early_stopping")
+
+
+def folder(name):
+    return os.path.join(FIXTURES, name)
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    """`{name: (model, source tokenizer, target tokenizer)}`, loaded once."""
+    result = {}
+    for name in FAMILIES:
+        model = kt.models.from_pretrained(folder(name))
+        tokenizer = kt.text.tokenizer_from_pretrained(folder(name))
+        source, target = tokenizer if isinstance(tokenizer, tuple) else (tokenizer,) * 2
+        result[name] = (model, source, target)
+    return result
+
+
+def reference(name):
+    return json.load(open(folder(f"{name}_generation.json"), encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_encoder_states_and_logits_match_transformers(loaded, name):
+    model = loaded[name][0]
+    outputs = np.load(folder(f"{name}_outputs.npz"))
+    mask = outputs["attention_mask"].astype(bool)
+    source = np.where(mask, outputs["input_ids"] + 1, 0)  # our ids: theirs + 1
+    decoder = outputs["decoder_input_ids"] + 1
+    states = np.asarray(model.encode(source))
+    np.testing.assert_allclose(
+        states[mask], outputs["encoder_hidden_states"][mask], rtol=0, atol=1e-4
+    )
+    logits = np.asarray(
+        model({"encoder_token_ids": source, "decoder_token_ids": decoder})
+    )
+    assert logits.shape[-1] == outputs["logits"].shape[-1] + 1  # + our padding
+    np.testing.assert_allclose(logits[..., 1:], outputs["logits"], rtol=0, atol=1e-4)
+
+
+def test_options_follow_each_family(loaded):
+    marian, bart = loaded["marian_tiny"][0], loaded["bart_tiny"][0]
+    assert (marian.position, marian.sinusoidal_layout, marian.activation) == (
+        "sinusoidal",
+        "concatenated",
+        "silu",
+    )
+    assert marian.scale_embeddings and not marian.embedding_layer_norm
+    assert (bart.position, bart.position_offset, bart.activation) == ("learned", 2, "gelu")
+    assert bart.embedding_layer_norm and not bart.scale_embeddings
+    assert len(bart.encoder_blocks) == 2 and len(bart.decoder_blocks) == 1
+    # Their decoder start tokens, in our ids: Marian's pad, BART's </s>.
+    assert marian.decoder_start_token_id == 85 + 1
+    assert bart.decoder_start_token_id == 2 + 1
+    assert bart.generation_config["forced_first_token_id"] == 0 + 1
+    assert bart.generation_config["no_repeat_ngram_size"] == 3
+    assert marian.generation_config["suppressed_token_ids"] == [86]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_tokenizer_ids_match_transformers(loaded, name):
+    model, source, _ = loaded[name]
+    rows = reference(name)
+    ids = source.truncate(source.tokenize([r["text"] for r in rows]), 64)
+    ours = [[i - 1 for i in row] for row in ids.to_list()]
+    assert ours == [r["input_ids"] for r in rows]
+    assert max(len(r["input_ids"]) for r in rows) == model.max_sequence_length == 64
+
+
+def _generate(model, source, rows, **settings):
+    ids = source.truncate(source.tokenize([r["text"] for r in rows]), 64)
+    ids = ids.to_tensor().numpy()
+    tokens = kt.generation.generate(model, {"encoder_token_ids": ids}, **settings)
+    return [[t - 1 for t in row if t != 0] for row in tokens]  # theirs, unpadded
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_greedy_matches_transformers_generate(loaded, name):
+    model, source, target = loaded[name]
+    rows = reference(name)
+    greedy = {k: v for k, v in model.generation_config.items() if k not in BEAM_KEYS}
+    ours = _generate(model, source, rows, **{**greedy, "sampler": "greedy"})
+    assert any(len(r["greedy_ids"]) < 10 for r in rows)  # some end early
+    assert ours == [r["greedy_ids"] for r in rows]
+    text = target.detokenize([[t + 1 for t in row] for row in ours]).numpy()
+    assert [t.decode() for t in text] == [r["greedy_text"] for r in rows]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_beam_search_matches_transformers_generate(loaded, name):
+    model, source, target = loaded[name]
+    rows = reference(name)
+    ours = _generate(model, source, rows, **model.generation_config)  # its own
+    assert ours == [r["beam_ids"] for r in rows]
+    text = target.detokenize([[t + 1 for t in row] for row in ours]).numpy()
+    assert [t.decode() for t in text] == [r["beam_text"] for r in rows]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_save_pretrained_round_trip(loaded, name, tmp_path):
+    model, source, target = loaded[name]
+    tokenizer = (source, target) if name.startswith("marian") else source
+    path = kt.models.save_pretrained(model, tmp_path / "out", tokenizer=tokenizer)
+    files = set(os.listdir(path))
+    assert {"config.json", "model.safetensors", "generation_config.json"} <= files
+    again = kt.models.from_pretrained(path)
+    assert again.generation_config == model.generation_config
+    assert again.decoder_start_token_id == model.decoder_start_token_id
+    inputs = {
+        "encoder_token_ids": np.array([[5, 9, 12, 2, 0, 0], [7, 8, 9, 10, 11, 2]]),
+        "decoder_token_ids": np.array([[model.decoder_start_token_id, 6, 7]] * 2),
+    }
+    np.testing.assert_array_equal(np.asarray(again(inputs)), np.asarray(model(inputs)))
+    tokens = kt.text.tokenizer_from_pretrained(path)
+    again_source = tokens[0] if isinstance(tokens, tuple) else tokens
+    texts = [r["text"] for r in reference(name)]
+    assert again_source.tokenize(texts).to_list() == source.tokenize(texts).to_list()
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_save_pretrained_loads_in_transformers(loaded, name, tmp_path):
+    transformers = pytest.importorskip(
+        "transformers", reason="the round trip through transformers needs it"
+    )
+    torch = pytest.importorskip("torch", reason="transformers' models need torch")
+    model, source, target = loaded[name]
+    tokenizer = (source, target) if name.startswith("marian") else source
+    path = kt.models.save_pretrained(model, tmp_path / "out", tokenizer=tokenizer)
+    classes = {
+        "marian_tiny": transformers.MarianMTModel,
+        "bart_tiny": transformers.BartForConditionalGeneration,
+    }
+    theirs = classes[name].from_pretrained(path).eval()
+    outputs = np.load(folder(f"{name}_outputs.npz"))
+    with torch.no_grad():
+        logits = theirs(
+            input_ids=torch.tensor(outputs["input_ids"]),
+            attention_mask=torch.tensor(outputs["attention_mask"]),
+            decoder_input_ids=torch.tensor(outputs["decoder_input_ids"]),
+        ).logits.numpy()
+    np.testing.assert_allclose(logits, outputs["logits"], rtol=0, atol=1e-4)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    rows = reference(name)
+    assert [hf_tokenizer(r["text"], truncation=True)["input_ids"] for r in rows] == [
+        r["input_ids"] for r in rows
+    ]
+    with torch.no_grad():
+        generated = theirs.generate(torch.tensor([rows[0]["input_ids"]]))
+    assert generated[0].tolist() == rows[0]["beam_ids"]
+
+
+def _copy(name, tmp_path):
+    path = tmp_path / name
+    shutil.copytree(folder(name), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("share_encoder_decoder_embeddings", False),
+        ("tie_word_embeddings", False),
+        ("activation_function", "mish"),
+        ("decoder_attention_heads", 4),
+        ("do_sample", True),
+        ("num_beam_groups", 2),
+    ],
+)
+def test_unsupported_config_names_key_before_weights(tmp_path, key, value):
+    path = _copy("marian_tiny", tmp_path)
+    config = json.load(open(path / "config.json"))
+    config[key] = value
+    json.dump(config, open(path / "config.json", "w"))
+    os.remove(path / "model.safetensors")  # the check comes before reading weights
+    with pytest.raises(ValueError, match=key):
+        kt.models.from_pretrained(path)
+
+
+def test_multi_token_bad_words_are_refused(tmp_path):
+    path = _copy("marian_tiny", tmp_path)
+    generation = json.load(open(path / "generation_config.json"))
+    generation["bad_words_ids"] = [[3, 4]]
+    json.dump(generation, open(path / "generation_config.json", "w"))
+    with pytest.raises(ValueError, match="bad_words_ids"):
+        kt.models.from_pretrained(path)
+
+
+def test_missing_tokenizer_file(tmp_path):
+    path = _copy("marian_tiny", tmp_path)
+    os.remove(path / "target.spm")
+    with pytest.raises(FileNotFoundError, match="target.spm"):
+        kt.text.tokenizer_from_pretrained(path)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_tokenizer_larger_than_model_vocabulary(tmp_path, name):
+    path = _copy(name, tmp_path)
+    config = json.load(open(path / "config.json"))
+    config["vocab_size"] = 40
+    json.dump(config, open(path / "config.json", "w"))
+    with pytest.raises(ValueError, match="vocab_size=40"):
+        kt.text.tokenizer_from_pretrained(path)
+
+
+def test_save_pretrained_refuses_other_seq2seq(tmp_path):
+    model = kt.models.seq2seq(
+        30, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16
+    )
+    with pytest.raises(ValueError, match="Marian or BART"):
+        kt.models.save_pretrained(model, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_save_pretrained_refuses_mismatched_tokenizer(loaded, tmp_path):
+    model = loaded["marian_tiny"][0]
+    bart_tokenizer = loaded["bart_tiny"][1]
+    with pytest.raises(ValueError, match="tokenizer"):
+        kt.models.save_pretrained(model, tmp_path / "out", tokenizer=bart_tokenizer)
+    assert not (tmp_path / "out").exists()
