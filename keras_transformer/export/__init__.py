@@ -5,11 +5,12 @@ with TensorFlow and tensorflow-text only."""
 from keras_transformer.export.classifier import export_classifier
 from keras_transformer.export.encoder import export_encoder
 from keras_transformer.export.generator import export_text_generator
-from keras_transformer.export.translator import export_translator
+from keras_transformer.export.translator import export_summarizer, export_translator
 
 __all__ = [
     "export_classifier",
     "export_encoder",
+    "export_summarizer",
     "export_text_generator",
     "export_translator",
 ]

@@ -1,4 +1,5 @@
-"""A seq2seq translator as a SavedModel: sentences in, translations out.
+"""A seq2seq translator (or summarizer) as a SavedModel: sentences in,
+translations out.
 
 Shape legend: B batch, S source length, T target length (both the model's
 max_sequence_length, fixed).
@@ -9,8 +10,11 @@ import tensorflow as tf
 from keras_transformer import _validation as validation
 from keras_transformer.export import common
 from keras_transformer.generation import decode_function
-from keras_transformer.generation.samplers import BeamSampler, GreedySampler
+from keras_transformer.generation.samplers import get_sampler
 from keras_transformer.models import Seq2SeqLM
+
+# generation_config keys that are sampler options (the rest are generate's).
+NOT_SAMPLER_OPTIONS = ("end_token_id", "max_new_tokens", "sampler")
 
 
 def export_translator(
@@ -19,10 +23,10 @@ def export_translator(
     target_tokenizer,
     path,
     max_new_tokens=None,
-    num_beams=1,
-    length_penalty=0.6,
-    start_token="[START]",
-    end_token="[END]",
+    num_beams=None,
+    length_penalty=None,
+    start_token=None,
+    end_token=None,
     jit_compile=True,
     overwrite=False,
 ):
@@ -32,13 +36,22 @@ def export_translator(
     `sentences` string `(B,)` -> `{"translation": string (B,)}`.
 
     Each sentence is tokenized in the graph and cut to its first
-    `max_sequence_length` tokens. The decoder starts from `start_token` and
+    `max_sequence_length` tokens (keeping the tokenizer's `eos_token` last,
+    as `transformers`' `truncation=True` does). The decoder starts from
+    `start_token` and
     stops at `end_token` or after `max_new_tokens` tokens; neither special
     token is written into the translation. An empty sentence
     (no tokens) translates to an empty string. With `num_beams=1` decoding is
     greedy, with the tokens of `kt.generation.generate(model, {...},
     max_new_tokens, end_token_id=...)`; otherwise beam search with
     `length_penalty`, as `generate(..., sampler="beam")`.
+
+    A model with a `generation_config` (from `kt.models.from_pretrained`:
+    an imported Marian or BART) decodes with those settings unless an
+    argument says otherwise: its `decoder_start_token_id`, end token,
+    `max_new_tokens`, beam search rules and options (`min_new_tokens`,
+    `no_repeat_ngram_size`, ...), so that the export gives the tokens of
+    `generate(model, {...}, **model.generation_config)`.
 
     Loading the SavedModel needs TensorFlow and `import tensorflow_text`
     (which registers the tokenizer ops), not keras_transformer.
@@ -51,11 +64,16 @@ def export_translator(
             may be the same object); it needs `start_token` and `end_token`.
         path: the SavedModel directory to write.
         max_new_tokens: the longest translation in tokens; `None` is the
-            model's `max_sequence_length - 1` (the start token takes one).
-        num_beams: 1 for greedy decoding, more for beam search.
-        length_penalty: beam search's length penalty alpha.
-        start_token: the token the decoder starts from.
-        end_token: the token that ends a translation.
+            model's `generation_config` value, else `max_sequence_length -
+            1` (the start token takes one).
+        num_beams: 1 for greedy decoding, more for beam search; `None`: the
+            `generation_config`'s, else 1.
+        length_penalty: beam search's length penalty alpha; `None`: the
+            `generation_config`'s, else 0.6.
+        start_token: the token the decoder starts from; `None`: the model's
+            `decoder_start_token_id`, else `"[START]"`.
+        end_token: the token that ends a translation; `None`: the
+            `generation_config`'s `end_token_id`, else `"[END]"`.
         jit_compile: compile the decode loop with XLA. False gives a plain
             TensorFlow loop (slower) for servers without XLA's JIT.
         overwrite: replace an existing non-empty `path`.
@@ -74,11 +92,103 @@ def export_translator(
     translation = out["translation"].numpy()[0].decode()
     ```
     """
-    common.check_model(model, Seq2SeqLM, "export_translator")
+    return _export(
+        model,
+        source_tokenizer,
+        target_tokenizer,
+        path,
+        dict(
+            max_new_tokens=max_new_tokens,
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            start_token=start_token,
+            end_token=end_token,
+            jit_compile=jit_compile,
+            overwrite=overwrite,
+        ),
+        ("export_translator", "translate", "sentences", "translation"),
+    )
+
+
+def export_summarizer(
+    model,
+    tokenizer,
+    path,
+    max_new_tokens=None,
+    num_beams=None,
+    length_penalty=None,
+    start_token=None,
+    end_token=None,
+    jit_compile=True,
+    overwrite=False,
+):
+    """Exports a `seq2seq` summarizer (an imported BART) as a SavedModel.
+
+    The same graph as `export_translator` with one tokenizer for documents
+    and summaries, and the signature `summarize` (also `serving_default`):
+    `documents` string `(B,)` -> `{"summary": string (B,)}`. A document
+    longer than the model's `max_sequence_length` tokens is cut to it
+    (`</s>` kept). An imported BART decodes with its checkpoint's settings
+    (beam search, `no_repeat_ngram_size`, `min_new_tokens`, the forced
+    `<s>` and `</s>`), giving the tokens of `kt.generation.generate(model,
+    {...}, **model.generation_config)`; the other arguments are
+    `export_translator`'s.
+
+    Loading it needs TensorFlow and `import tensorflow_text` only.
+
+    Args:
+        model: a `kt.models.Seq2Seq` (or any `kt.models.Seq2SeqLM`).
+        tokenizer: the `kt.text` tokenizer of documents and summaries.
+        path: the SavedModel directory to write.
+        max_new_tokens: see `export_translator`.
+        num_beams: see `export_translator`.
+        length_penalty: see `export_translator`.
+        start_token: see `export_translator`.
+        end_token: see `export_translator`.
+        jit_compile: see `export_translator`.
+        overwrite: replace an existing non-empty `path`.
+
+    Returns:
+        The absolute path written.
+
+    Example (loading; see docs/pretrained.md for a complete run):
+
+    ```python
+    import tensorflow as tf
+    import tensorflow_text  # registers the tokenizer ops
+
+    summarizer = tf.saved_model.load(path)
+    out = summarizer.signatures["summarize"](documents=tf.constant([text]))
+    summary = out["summary"].numpy()[0].decode()
+    ```
+    """
+    return _export(
+        model,
+        tokenizer,
+        tokenizer,
+        path,
+        dict(
+            max_new_tokens=max_new_tokens,
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            start_token=start_token,
+            end_token=end_token,
+            jit_compile=jit_compile,
+            overwrite=overwrite,
+        ),
+        ("export_summarizer", "summarize", "documents", "summary"),
+    )
+
+
+def _export(model, source_tokenizer, target_tokenizer, path, options, names):
+    caller, signature, input_name, output_name = names
+    common.check_model(model, Seq2SeqLM, caller)
     source_limit = limit = model.max_sequence_length  # S and T
-    path = common.check_path(path, overwrite)
+    path = common.check_path(path, options["overwrite"])
+    settings = dict(getattr(model, "generation_config", None) or {})
+    max_new_tokens = options["max_new_tokens"]
     if max_new_tokens is None:
-        max_new_tokens = limit - 1
+        max_new_tokens = min(settings.get("max_new_tokens", limit - 1), limit - 1)
     if (
         isinstance(max_new_tokens, bool)
         or not isinstance(max_new_tokens, int)
@@ -89,16 +199,36 @@ def export_translator(
             f"(the model's max_sequence_length is {limit}, and the start token "
             f"takes one position). Received: max_new_tokens={max_new_tokens!r}"
         )
+    num_beams, length_penalty = options["num_beams"], options["length_penalty"]
+    if num_beams is None:
+        num_beams = (
+            settings.get("num_beams", 1) if settings.get("sampler") == "beam" else 1
+        )
     validation.check_positive_int("num_beams", num_beams)
+    if length_penalty is None:
+        length_penalty = settings.get("length_penalty", 0.6)
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, int | float):
         raise ValueError(
             "`length_penalty` must be a number. "
             f"Received: length_penalty={length_penalty!r}"
         )
-    validation.check_bool("jit_compile", jit_compile)
-    sampler = (
-        GreedySampler() if num_beams == 1 else BeamSampler(num_beams, length_penalty)
-    )
+    validation.check_bool("jit_compile", options["jit_compile"])
+    sampler_options = {
+        k: v for k, v in settings.items() if k not in NOT_SAMPLER_OPTIONS
+    }
+    sampler_options.pop("num_beams", None)
+    sampler_options.pop("length_penalty", None)
+    if num_beams == 1:
+        for key in ("rules", "early_stopping"):
+            sampler_options.pop(key, None)
+        sampler = get_sampler("greedy", **sampler_options)
+    else:
+        sampler = get_sampler(
+            "beam",
+            num_beams=num_beams,
+            length_penalty=length_penalty,
+            **sampler_options,
+        )
     common.check_tokenizer(
         source_tokenizer,
         "source_tokenizer",
@@ -109,15 +239,31 @@ def export_translator(
         "target_tokenizer",
         model.decoder_vocabulary_size,
     )
-    start_id = common.token_id(target_tokenizer, "start_token", start_token)
-    end_id = common.token_id(target_tokenizer, "end_token", end_token)
+    start_id = _special_id(
+        model,
+        target_tokenizer,
+        "start_token",
+        options["start_token"],
+        "[START]",
+        getattr(model, "decoder_start_token_id", None),
+    )
+    end_id = _special_id(
+        model,
+        target_tokenizer,
+        "end_token",
+        options["end_token"],
+        "[END]",
+        settings.get("end_token_id"),
+    )
     source_tokenizer = common.without_sequence_length(source_tokenizer)
     target_tokenizer = common.without_sequence_length(target_tokenizer)
-    decode = tf.function(decode_function(model, sampler), jit_compile=jit_compile)
+    decode = tf.function(
+        decode_function(model, sampler), jit_compile=options["jit_compile"]
+    )
 
-    @tf.function(input_signature=[common.string_spec("sentences")])
-    def translate(sentences):
-        source = source_tokenizer.tokenize(sentences)[:, :source_limit]
+    def run(sentences):
+        source = source_tokenizer.tokenize(sentences)
+        source = source_tokenizer.truncate(source, source_limit)
         source = source.to_tensor(shape=[None, source_limit])  # (B, S), 0-padded
         batch = tf.shape(source)[0]
         tokens = tf.pad(tf.fill([batch, 1], start_id), [[0, 0], [0, limit - 1]])
@@ -133,12 +279,18 @@ def export_translator(
         tokens = tf.where(tokens == end_id, 0, tokens)
         empty = tf.reduce_all(source == 0, axis=1)
         tokens = tf.where(empty[:, None], 0, tokens)
-        return {"translation": target_tokenizer.detokenize(tokens)}
+        return {output_name: target_tokenizer.detokenize(tokens)}
 
+    function = tf.function(run, input_signature=[common.string_spec(input_name)])
     module = tf.Module()
     module.source_tokenizer = source_tokenizer
     module.target_tokenizer = target_tokenizer
-    module.translate = translate
-    return common.save(
-        module, {"serving_default": translate, "translate": translate}, path
-    )
+    setattr(module, signature, function)
+    return common.save(module, {"serving_default": function, signature: function}, path)
+
+
+def _special_id(model, tokenizer, name, token, default, model_id):
+    """The id of `token`, else the model's own id, else `default`'s."""
+    if token is None and model_id is not None:
+        return int(model_id)
+    return common.token_id(tokenizer, name, default if token is None else token)

@@ -49,7 +49,7 @@ def our_arguments(hf, prompt_length):
     if "min_length" in hf:  # a decoder-only model's min_length counts the prompt
         args["min_new_tokens"] = max(0, hf["min_length"] - prompt_length)
     if "bad_words_ids" in hf:
-        args["suppressed_token_ids"] = [ids[0] + 1 for ids in hf["bad_words_ids"]]
+        args["suppressed_token_ids"] = tuple(ids[0] + 1 for ids in hf["bad_words_ids"])
     if "forced_bos_token_id" in hf and prompt_length == 1:
         # HF forces it at length 1 only: right after a one-token prompt.
         args["forced_first_token_id"] = hf["forced_bos_token_id"] + 1

@@ -237,3 +237,30 @@ def test_save_pretrained_refuses_mismatched_tokenizer(loaded, tmp_path):
     with pytest.raises(ValueError, match="tokenizer"):
         kt.models.save_pretrained(model, tmp_path / "out", tokenizer=bart_tokenizer)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "name, export, signature, argument, output",
+    [
+        ("marian_tiny", "translator", "translate", "sentences", "translation"),
+        ("bart_tiny", "summarizer", "summarize", "documents", "summary"),
+    ],
+)
+def test_export_serves_transformers_outputs(
+    loaded, tmp_path, name, export, signature, argument, output
+):
+    """The SavedModel (TensorFlow and tensorflow-text only) gives the text of
+    transformers' generate with the checkpoint's settings: beam search, and
+    an empty source and one over the maximum length among the inputs."""
+    from tests.helpers import run_export_test
+
+    model, source, target = loaded[name]
+    if export == "translator":
+        path = kt.export.export_translator(model, source, target, tmp_path / "saved")
+    else:
+        path = kt.export.export_summarizer(model, source, tmp_path / "saved")
+    rows = reference(name)
+    texts = [r["text"] for r in rows]
+    names, (served,) = run_export_test(path, [(signature, {argument: texts})], tmp_path)
+    assert names == ["serving_default", signature]
+    assert [t.decode() for t in served[output]] == [r["beam_text"] for r in rows]
