@@ -66,7 +66,11 @@ def test_options_follow_each_family(loaded):
         "silu",
     )
     assert marian.scale_embeddings and not marian.embedding_layer_norm
-    assert (bart.position, bart.position_offset, bart.activation) == ("learned", 2, "gelu")
+    assert (bart.position, bart.position_offset, bart.activation) == (
+        "learned",
+        2,
+        "gelu",
+    )
     assert bart.embedding_layer_norm and not bart.scale_embeddings
     assert len(bart.encoder_blocks) == 2 and len(bart.decoder_blocks) == 1
     # Their decoder start tokens, in our ids: Marian's pad, BART's </s>.
