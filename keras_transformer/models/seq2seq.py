@@ -391,6 +391,17 @@ def seq2seq(
     dropout=0.1,
     target_vocabulary_size=None,
     tie_embeddings=None,
+    num_decoder_layers=None,
+    activation="relu",
+    layer_norm_epsilon=1e-6,
+    position="sinusoidal",
+    sinusoidal_layout="interleaved",
+    position_offset=0,
+    scale_embeddings=True,
+    embedding_layer_norm=False,
+    logits_bias=False,
+    decoder_start_token_id=None,
+    generation_config=None,
 ):
     """Builds a `kt.models.Seq2Seq` encoder-decoder.
 
@@ -409,6 +420,17 @@ def seq2seq(
         tie_embeddings: logits through the transposed target embedding
             instead of a separate Dense layer; `None` ties them exactly when
             the vocabulary is shared.
+        num_decoder_layers: see `kt.models.Seq2Seq` (as are the rest).
+        activation: feed-forward activation.
+        layer_norm_epsilon: LayerNorm epsilon.
+        position: `"sinusoidal"` or `"learned"`.
+        sinusoidal_layout: `"interleaved"` or `"concatenated"`.
+        position_offset: learned positions' first row.
+        scale_embeddings: multiply token embeddings by √E.
+        embedding_layer_norm: a LayerNorm after the embeddings.
+        logits_bias: a learned bias on the logits.
+        decoder_start_token_id: the decoder's start token.
+        generation_config: `generate` arguments the model is meant for.
 
     Returns:
         A `kt.models.Seq2Seq` with inputs `{"encoder_token_ids": (B, S),

@@ -82,3 +82,45 @@ def test_bad_arguments():
         kt.layers.PositionalEmbedding(10, 4, 4)(np.ones((1, 2, 3), "int32"))
     with pytest.raises(ValueError, match="depth=0"):
         kt.layers.sinusoidal_encoding(3, 0)
+
+
+def test_concatenated_layout_is_marians():
+    # Marian / fairseq: sin(p / 10000^(2i/d)) in the first half, cos after.
+    length, depth = 7, 6
+    table = kt.layers.sinusoidal_encoding(length, depth, "concatenated")
+    for p in range(length):
+        for i in range(depth // 2):
+            angle = p / 10000 ** (2 * i / depth)
+            assert table[p, i] == pytest.approx(math.sin(angle), abs=1e-6)
+            assert table[p, depth // 2 + i] == pytest.approx(math.cos(angle), abs=1e-6)
+    interleaved = kt.layers.sinusoidal_encoding(length, depth)
+    np.testing.assert_array_equal(table[:, :3], interleaved[:, 0::2])
+    layer = kt.layers.PositionalEmbedding(
+        5, length, depth, sinusoidal_layout="concatenated"
+    )
+    out = to_numpy(layer(np.array([[1, 2]])))
+    tokens = to_numpy(layer.token_embedding.embeddings)[[1, 2]]
+    np.testing.assert_allclose(out[0] - tokens, table[:2], atol=1e-6)
+
+
+def test_position_offset_reads_later_rows():
+    layer = kt.layers.PositionalEmbedding(
+        5, 4, 3, position="learned", position_offset=2
+    )
+    out = to_numpy(layer(np.array([[1, 2, 3]]), start_index=1))
+    table = to_numpy(layer.position_embeddings)
+    assert table.shape == (4 + 2, 3)
+    tokens = to_numpy(layer.token_embedding.embeddings)[[1, 2, 3]]
+    np.testing.assert_allclose(out[0] - tokens, table[3:6], atol=1e-6)
+
+
+def test_shared_token_embedding():
+    first = kt.layers.PositionalEmbedding(5, 4, 3, position="learned")
+    first.build((None, None))
+    second = kt.layers.PositionalEmbedding(
+        5, 4, 3, position="learned", token_embedding=first.token_embedding
+    )
+    second(np.array([[1]]))
+    assert second.token_embedding is first.token_embedding
+    with pytest.raises(ValueError, match="token_embedding"):
+        kt.layers.PositionalEmbedding(6, 4, 3, token_embedding=first.token_embedding)

@@ -99,3 +99,79 @@ def test_bad_arguments():
         kt.models.seq2seq("transformer_huge")
     with pytest.raises(ValueError, match="vocabulary_size=1"):
         tiny_seq2seq(target_vocabulary_size=1)
+
+
+def small(**kwargs):
+    args = dict(num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+                max_sequence_length=10, dropout=0.0)  # fmt: skip
+    return kt.models.seq2seq(VOCAB, **{**args, **kwargs})
+
+
+SOURCE = np.array([[4, 5, 6, 0], [7, 8, 9, 10]])
+DECODER = np.array([[START, 5, 6], [START, 9, 8]])
+INPUTS = {"encoder_token_ids": SOURCE, "decoder_token_ids": DECODER}
+
+
+def test_pretrained_options_change_what_they_say(tmp_path):
+    model = small(
+        num_layers=2,
+        num_decoder_layers=1,
+        activation="gelu",
+        layer_norm_epsilon=1e-5,
+        position="learned",
+        position_offset=2,
+        scale_embeddings=False,
+        embedding_layer_norm=True,
+        logits_bias=True,
+        decoder_start_token_id=START,
+        generation_config={"end_token_id": END, "max_new_tokens": 4},
+    )
+    assert (len(model.encoder_blocks), len(model.decoder_blocks)) == (2, 1)
+    block = model.decoder_blocks[0]
+    assert block.activation is keras.activations.gelu
+    assert block.feedforward_layer_norm.epsilon == 1e-5
+    assert model.encoder_embeddings_layer_norm.epsilon == 1e-5
+    # One token table, a position table each (offset rows included).
+    embeddings = model.encoder_embeddings, model.decoder_embeddings
+    assert embeddings[0].token_embedding is embeddings[1].token_embedding
+    assert embeddings[0].position_embeddings is not embeddings[1].position_embeddings
+    assert tuple(embeddings[1].position_embeddings.shape) == (10 + 2, 8)
+    # The logits bias is added to every position's logits.
+    before = to_numpy(model(INPUTS))
+    bias = np.arange(VOCAB, dtype="float32")
+    model.output_bias.bias.assign(bias)
+    np.testing.assert_allclose(to_numpy(model(INPUTS)), before + bias, atol=1e-5)
+    # Without decoder ids, generate starts each row from the start token.
+    tokens = kt.generation.generate(
+        model, {"encoder_token_ids": SOURCE}, **model.generation_config
+    )
+    assert tokens.shape == (2, 5) and (tokens[:, 0] == START).all()
+    again = run_model_saving_test(model, INPUTS, tmp_path)
+    assert again.generation_config == model.generation_config
+    assert again.decoder_start_token_id == START
+    shared = again.encoder_embeddings.token_embedding
+    assert shared is again.decoder_embeddings.token_embedding
+
+
+def test_embedding_layer_norm_normalizes_the_embeddings():
+    model = small(embedding_layer_norm=True)
+    ids = SOURCE
+    raw = to_numpy(model.encoder_embeddings(ids))
+    normed = to_numpy(model.encoder_embeddings_layer_norm(raw))
+    mean, std = raw.mean(-1, keepdims=True), raw.std(-1, keepdims=True)
+    np.testing.assert_allclose(normed, (raw - mean) / np.sqrt(std**2 + 1e-6), atol=1e-4)
+
+
+def test_bad_pretrained_options():
+    with pytest.raises(ValueError, match="decoder_start_token_id=0"):
+        small(decoder_start_token_id=0)
+    with pytest.raises(ValueError, match="generation_config"):
+        small(generation_config=[("end_token_id", 2)])
+    with pytest.raises(ValueError, match="position_offset"):
+        small(position_offset=2)  # sinusoidal positions have no offset
+    with pytest.raises(ValueError, match="sinusoidal_layout"):
+        small(sinusoidal_layout="shuffled")
+    with pytest.raises(ValueError, match="num_decoder_layers"):
+        small(num_decoder_layers=0)
+    with pytest.raises(ValueError, match="'encoder_token_ids' alone"):
+        kt.generation.generate(small(), {"encoder_token_ids": SOURCE}, 3)

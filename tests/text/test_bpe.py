@@ -133,3 +133,34 @@ def test_bad_input(tmp_path):
     np.testing.assert_array_equal(
         to_numpy(kt.text.BytePairTokenizer(vocabulary, [])("")), []
     )
+
+
+def test_bos_eos_and_special_tokens(tmp_path):
+    tokenizer = small(
+        ["<s>", "</s>", "<pad>", "Ġc", "at", "Ġcat"],
+        ["Ġ c", "a t", "Ġc at"],
+        bos_token="<s>",
+        eos_token="</s>",
+        special_tokens=["<pad>"],
+    )
+    bos, eos, pad = (tokenizer.token_to_id(t) for t in ("<s>", "</s>", "<pad>"))
+    cat = tokenizer.token_to_id("Ġcat")
+    a = tokenizer.token_to_id("a")
+    assert tokenizer(["a cat", ""]).to_list() == [[bos, a, cat, eos], [bos, eos]]
+    # Truncation keeps both ends, in tokenize and in truncate.
+    long = "a" + " cat" * 5
+    assert tokenizer.truncate(tokenizer([long]), 4).to_list() == [[bos, a, cat, eos]]
+    dense = kt.text.BytePairTokenizer.from_config(
+        {**tokenizer.get_config(), "sequence_length": 4}
+    )
+    assert to_numpy(dense([long, "a"])).tolist() == [
+        [bos, a, cat, eos],
+        [bos, a, eos, 0],
+    ]
+    # detokenize drops them, and the other special tokens.
+    text = tokenizer.detokenize([[bos, a, pad, cat, eos]]).numpy()[0]
+    assert text == b"a cat"
+    with pytest.raises(ValueError, match="eos_token"):
+        small([], [], eos_token="</s>")
+    with pytest.raises(ValueError, match="sequence_length"):
+        small(["<s>", "</s>"], [], bos_token="<s>", eos_token="</s>", sequence_length=2)

@@ -1,3 +1,4 @@
+import json
 import os
 import sys
 
@@ -100,3 +101,33 @@ def test_bad_arguments(tmp_path):
         kt.text.SentencePieceTokenizer(os.path.join(tmp_path, "missing.model"))
     with pytest.raises(ValueError, match="not a valid SentencePiece model"):
         kt.text.SentencePieceTokenizer(b"not a proto")
+
+
+MARIAN = os.path.join(
+    os.path.dirname(__file__), os.pardir, "fixtures", "hf", "marian_tiny"
+)
+
+
+def test_vocabulary_gives_the_ids_and_round_trips(tmp_path):
+    with open(os.path.join(MARIAN, "vocab.json"), encoding="utf-8") as f:
+        vocabulary = json.load(f)
+    tokenizer = kt.text.SentencePieceTokenizer(
+        os.path.join(MARIAN, "source.spm"), vocabulary=vocabulary, eos_token="</s>"
+    )
+    assert tokenizer.vocabulary_size() == len(vocabulary) + 1  # + our padding
+    ids = tokenizer(["the cat sat"]).to_list()
+    assert ids[0][-1] == vocabulary["</s>"] + 1
+    pieces = [tokenizer.id_to_token(i) for i in ids[0][:-1]]
+    assert "".join(pieces).replace("▁", " ").strip() == "the cat sat"
+    assert [vocabulary.get(p, vocabulary["<unk>"]) + 1 for p in pieces] == ids[0][:-1]
+    assert tokenizer.detokenize(ids).numpy()[0] == b"the cat sat"
+    again = kt.text.SentencePieceTokenizer.from_config(tokenizer.get_config())
+    assert again(["the cat sat"]).to_list() == ids[:1]
+    with pytest.raises(ValueError, match="<unk>"):
+        kt.text.SentencePieceTokenizer(
+            os.path.join(MARIAN, "source.spm"), vocabulary={"a": 0}
+        )
+    with pytest.raises(ValueError, match="0..N-1"):
+        kt.text.SentencePieceTokenizer(
+            os.path.join(MARIAN, "source.spm"), vocabulary={"<unk>": 0, "a": 5}
+        )
