@@ -144,6 +144,17 @@ class Sampler:
             ids.append(("forced_first_token_id", self.forced_first_token_id))
         return ids
 
+    def has_options(self):
+        """Whether any option changes the scores (`process` is not a no-op)."""
+        return bool(
+            self.min_new_tokens
+            or self.no_repeat_ngram_size
+            or self.suppressed_token_ids
+            or self.forced_first_token_id is not None
+            or self.force_end_token
+            or self.renormalize_logits
+        )
+
     def next_token(self, logits, seed):
         """Chooses `(B,)` int32 tokens from float32 `(B, V)` logits."""
         raise NotImplementedError
@@ -160,26 +171,23 @@ class Sampler:
             stop: one past the last position to fill.
             end_token_id: int32 scalar, -1 for none.
         """
+        if not self.has_options():
+            return scores
         vocabulary = tf.shape(scores)[1]
-        banned = None
-
-        def ban(mask):
-            return mask if banned is None else tf.logical_or(banned, mask)
-
+        banned = []  # bool masks broadcasting to (R, V)
         if self.no_repeat_ngram_size:
-            banned = ban(
-                _repeated_ngrams(tokens, index, self.no_repeat_ngram_size, vocabulary)
-            )
+            n = self.no_repeat_ngram_size
+            banned.append(_repeated_ngrams(tokens, index, n, vocabulary))
         if self.suppressed_token_ids:
             ids = tf.constant(self.suppressed_token_ids, tf.int32)
-            banned = ban(tf.reduce_any(tf.one_hot(ids, vocabulary) > 0, 0)[None])
+            banned.append(tf.reduce_any(tf.one_hot(ids, vocabulary) > 0, 0)[None])
         if self.min_new_tokens:
             short = index - prompt_lengths < self.min_new_tokens  # (R,)
             # one_hot(-1) is all zeros: nothing to forbid without an end token.
             is_end = tf.one_hot(end_token_id, vocabulary) > 0
-            banned = ban(tf.logical_and(short[:, None], is_end[None]))
-        if banned is not None:
-            scores = tf.where(banned, -_INF, scores)
+            banned.append(tf.logical_and(short[:, None], is_end[None]))
+        for mask in banned:
+            scores = tf.where(mask, -_INF, scores)
         if self.forced_first_token_id is not None:
             first = index == prompt_lengths
             scores = tf.where(
@@ -443,12 +451,14 @@ class BeamSampler(Sampler):
                 tf.cast(logits, tf.float32) / self.temperature
             )
             log_probs = _never_padding(log_probs, never)
-            log_probs = tf.maximum(
-                self.process(
-                    log_probs, tokens, index, prompt_lengths, stop, end_token_id
-                ),
-                never,
-            )
+            if self.has_options():
+                # Forbidden tokens at -1e9 as the rest of these rules.
+                log_probs = tf.maximum(
+                    self.process(
+                        log_probs, tokens, index, prompt_lengths, stop, end_token_id
+                    ),
+                    never,
+                )
             vocabulary = tf.shape(log_probs)[1]
             columns = tf.range(vocabulary)[None]
             in_prompt = prompt_mask[:, index]
@@ -489,8 +499,8 @@ class BeamSampler(Sampler):
     def _transformers_search(
         self, next_fn, tokens, cache, start, stop, prompt_mask, end_token_id
     ):
-        """HF's `_beam_search` (transformers 4.50+ vectorised version), with
-        its -1e9 masks, for `2 <= num_beams`."""
+        """HF's vectorised `_beam_search` (checked against transformers
+        5.24), with its -1e9 masks, for `num_beams >= 2`."""
         k = self.num_beams
         rows = tf.shape(tokens)[0]  # B * K
         batch = rows // k

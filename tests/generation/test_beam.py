@@ -150,3 +150,86 @@ def test_a_finished_beam_keeps_its_score_and_is_padded_with_zeros():
     no_end = beam_search(sampler, transitions(LENGTHS), [[7]], 5)
     np.testing.assert_array_equal(no_end[0, :4], LONG[:4])
     assert no_end[0, 4] != 0 and np.all(no_end[0, 5:] == 0)
+
+
+# ---- rules="transformers" (Hugging Face's beam search) ---------------------
+# The same LENGTHS table, two beams, prompt 7, stop 10; HF scores a finished
+# hypothesis by sum_logprobs / new_length ** alpha, the end token counted.
+# Step 1 takes the best 2K = 4 continuations: 7 11 (-0.7985), 7 3 (-0.9163),
+# 7 5 (-1.8971), ...; 7 11 is among the first K and ends: it joins the pool
+# at -0.7985 / 1. 7 3 and 7 5 run on. Step 2: 7 3 4 (-0.9676), 7 5 5
+# (-1.8971). Step 3: 7 3 4 11 (-1.0189) ends and joins the pool at
+# -1.0189 / 3 ** alpha; 7 5 5 5 (-1.8971) and 7 3 4 5 run on. The pool is
+# full:
+# - early_stopping=True stops: alpha 0 picks short (-0.7985 > -1.0189),
+#   alpha 1 picks long (-0.3396 > -0.7985).
+# - early_stopping=False stops when the best running beam scored at its
+#   current length cannot beat the worst finished one: alpha 0: -1.8971 <
+#   -1.0189, stop (short). Alpha 1: -1.8971 / 3 = -0.63 > -0.7985, go on;
+#   5 -> 5 has probability 1, so 7 5 5 ... keeps -1.8971 and keeps beating
+#   -0.7985 until stop, where it joins the pool at -1.8971 / 9 = -0.21 and
+#   wins. (Wu's rules pick long here: their finished beams stop the search.)
+# - "never" with alpha 1 scores the running beam at the longest length, 9,
+#   so it also runs to stop.
+RUN_ON = [7] + [5] * 9
+SHORT_10, LONG_10 = SHORT + [0, 0], LONG + [0, 0]
+
+
+def transformers_best(alpha, early_stopping):
+    sampler = kt.generation.BeamSampler(
+        num_beams=2,
+        length_penalty=alpha,
+        rules="transformers",
+        early_stopping=early_stopping,
+    )
+    return beam_search(sampler, transitions(LENGTHS), [[7]], 10, END, 10)[0].tolist()
+
+
+def test_transformers_rules_early_stopping_and_length_penalty_by_hand():
+    assert transformers_best(0.0, True) == SHORT_10
+    assert transformers_best(1.0, True) == LONG_10
+    assert transformers_best(0.0, False) == SHORT_10
+    assert transformers_best(1.0, False) == RUN_ON
+    assert transformers_best(1.0, "never") == RUN_ON
+    wu = kt.generation.BeamSampler(num_beams=2, length_penalty=1.0)
+    assert beam_search(wu, transitions(LENGTHS), [[7]], 10, END, 10)[0].tolist() == (
+        LONG_10
+    )
+
+
+def test_transformers_rules_batch_mixed_prompts_and_run_without_xla():
+    # A longer prompt waits: its row decodes as if alone. Without XLA (as
+    # exporters may trace it) the loop gives the same tokens.
+    sampler = kt.generation.BeamSampler(
+        num_beams=3, length_penalty=0.0, rules="transformers"
+    )
+    next_fn = transitions(WIDE_SEARCH)
+    alone = [beam_search(sampler, next_fn, [prompt], 4)[0] for prompt in ([7], [9, 8])]
+    batched = beam_search(sampler, next_fn, [[7], [9, 8]], 4)
+    np.testing.assert_array_equal(batched, alone)
+    np.testing.assert_array_equal(batched[:, :5], [[7, 3, 6, 3, 0], [9, 8, 6, 3, 0]])
+
+    tokens = np.repeat(
+        np.array([[7, 0, 0, 0, 0, 0, 0, 0], [9, 8, 0, 0, 0, 0, 0, 0]]), 3, 0
+    )
+    graph = tf.function(sampler)(
+        next_fn,
+        tf.constant(tokens, tf.int32),
+        (),
+        1,
+        4,
+        tf.constant(tokens != 0),
+        tf.constant(-1),
+        tf.constant([0, 0]),
+    )
+    np.testing.assert_array_equal(graph.numpy(), batched)
+
+
+def test_transformers_rules_with_one_beam_is_greedy():
+    one = kt.generation.BeamSampler(num_beams=1, rules="transformers")
+    greedy = kt.generation.GreedySampler()
+    next_fn = transitions(LENGTHS)
+    np.testing.assert_array_equal(
+        beam_search(one, next_fn, [[7], [9, 10, 7]], 10, END, 10),
+        beam_search(greedy, next_fn, [[7], [9, 10, 7]], 10, END, 10),
+    )

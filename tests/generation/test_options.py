@@ -260,7 +260,7 @@ def gpt():
 
 def test_generate_checks_the_option_ids_against_the_vocabulary(gpt):
     prompts = np.array([[5, 6]])
-    with pytest.raises(ValueError, match="suppressed_token_ids=20.*\\[1, 20\\)"):
+    with pytest.raises(ValueError, match="\\[1, 20\\).*suppressed_token_ids=20"):
         kt.generation.generate(gpt, prompts, 2, suppressed_token_ids=[3, 20])
     with pytest.raises(ValueError, match="forced_first_token_id=25"):
         kt.generation.generate(gpt, prompts, 2, forced_first_token_id=25)
@@ -277,9 +277,7 @@ def test_generate_passes_the_options_through(gpt):
     out = kt.generation.generate(
         gpt, prompts, 4, end_token_id=3, force_end_token=True, forced_first_token_id=2
     )
-    np.testing.assert_array_equal(
-        out[:, [2, 3]], [[2, 3], [2, 3]][0:1] * 0 + out[:, [2, 3]]
-    )
+    assert out.shape == (2, 7)
     assert out[0, 2] == 2 and out[1, 3] == 2  # right after each prompt
     ends = [row[row != 0][-1] for row in out]
     assert ends == [3, 3]  # forced at the last position at the latest
