@@ -174,17 +174,25 @@ def decode_function(model, sampler, use_cache=True):
     check_generative(model, "model")
     beams = sampler.num_beams if isinstance(sampler, BeamSampler) else 1
 
-    def next_fn(tokens, state, index):
-        return model.next_logits(tokens, state, index, use_cache)
-
     def decode(tokens, source, start, stop, end_token_id, seed):
         if beams > 1:
             tokens = tf.repeat(tokens, beams, axis=0)
             source = tf.repeat(source, beams, axis=0)
         prompt_mask = tokens != 0
         state = model.start_decoding(tokens, source, use_cache)
+        # What does not change while decoding (a seq2seq model's encoder
+        # output and cross-attention caches) stays out of the loop state:
+        # the loop neither carries it nor reorders it for beam search.
+        varying, fixed = model.split_decoding_state(state)
+
+        def next_fn(tokens, varying, index):
+            logits, state = model.next_logits(
+                tokens, model.join_decoding_state(varying, fixed), index, use_cache
+            )
+            return logits, model.split_decoding_state(state)[0]
+
         return sampler(
-            next_fn, tokens, state, start, stop, prompt_mask, end_token_id, seed
+            next_fn, tokens, varying, start, stop, prompt_mask, end_token_id, seed
         )
 
     return decode

@@ -556,11 +556,18 @@ class BeamSampler(Sampler):
             candidates = running[:, :, None] + tf.reshape(
                 log_probs, [batch, k, vocabulary]
             )
+            # The best 2K of the K*V candidates, in two steps: each beam's best
+            # 2K (a top-k over V, which XLA does without sorting V), then the
+            # best 2K of those K*2K. The same candidates in the same order as
+            # one top-k over K*V, ties included (lower beam, then lower id).
+            beam_scores, beam_tokens = tf.math.top_k(candidates, k=2 * k)  # (B, K, 2K)
             top_scores, top = tf.math.top_k(
-                tf.reshape(candidates, [batch, k * vocabulary]), k=2 * k
+                tf.reshape(beam_scores, [batch, 2 * k * k]), k=2 * k
             )  # (B, 2K), best first
-            parent = tf.reshape(offsets * k + top // vocabulary, [-1])  # (B * 2K,)
-            chosen = top % vocabulary
+            chosen = tf.gather(
+                tf.reshape(beam_tokens, [batch, 2 * k * k]), top, batch_dims=1
+            )
+            parent = tf.reshape(offsets * k + top // (2 * k), [-1])  # (B * 2K,)
             hits = tf.logical_or(chosen == end_token_id, index + 1 >= stop)
             extended = _write(
                 tf.gather(tokens, parent), index, tf.reshape(chosen, [-1])

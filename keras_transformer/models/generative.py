@@ -10,7 +10,12 @@ or a `Seq2SeqLM` (encoder-decoder, like `Seq2Seq`) for
   reading the prompt buffer `tokens` `(B, L)` (and the `source` `(B, S)`):
   filled KV caches, or what an uncached step needs;
 - `next_logits(tokens, state, index, use_cache)`: float logits `(B, V)` for
-  position `index` given the tokens before it, and the updated state.
+  position `index` given the tokens before it, and the updated state;
+- optionally `split_decoding_state(state) -> (varying, fixed)` and
+  `join_decoding_state(varying, fixed)`: the part of the state that never
+  changes while decoding (the encoder's output) stays out of the decode
+  loop's state, so beam search does not reorder it. By default all of it
+  varies.
 
 A new family subclasses one of the two, builds its functional graph in
 `__init__`, and implements the last two methods with its own forward pass.
@@ -23,7 +28,17 @@ import numpy as np
 from keras import ops
 
 
-class CausalLM(keras.Model):
+class DecodingStateMixin:
+    """The default split of a decoding state: all of it varies."""
+
+    def split_decoding_state(self, state):
+        return state, None
+
+    def join_decoding_state(self, varying, fixed):
+        return varying
+
+
+class CausalLM(DecodingStateMixin, keras.Model):
     """Base of decoder-only language models: int `token_ids` in, logits out.
 
     Subclasses set `vocabulary_size` and `max_sequence_length` and implement
@@ -47,7 +62,7 @@ class CausalLM(keras.Model):
         raise NotImplementedError
 
 
-class Seq2SeqLM(keras.Model):
+class Seq2SeqLM(DecodingStateMixin, keras.Model):
     """Base of encoder-decoder models: `{"encoder_token_ids",
     "decoder_token_ids"}` in, decoder logits out.
 

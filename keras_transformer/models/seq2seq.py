@@ -345,6 +345,18 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         )
         return (caches, cross, context_mask)
 
+    def split_decoding_state(self, state):
+        # Cached: (self-attention caches, cross caches, source mask); only the
+        # first changes. Uncached: (encoder output, source mask), fixed.
+        if len(state) == 3:
+            return state[0], {"cross": state[1], "mask": state[2]}
+        return (), {"context": state[0], "mask": state[1]}
+
+    def join_decoding_state(self, varying, fixed):
+        if "cross" in fixed:
+            return (varying, fixed["cross"], fixed["mask"])
+        return (fixed["context"], fixed["mask"])
+
     def next_logits(self, tokens, state, index, use_cache):
         if not use_cache:
             context, context_mask = state
