@@ -51,7 +51,10 @@ def generate(
         inputs: GPT: int token ids `(B, P)`, 0-padded on the right (prompts of
             different lengths are fine; each needs at least one token).
             seq2seq: `{"encoder_token_ids": (B, S), "decoder_token_ids":
-            (B, P)}`, the decoder ids usually a start token.
+            (B, P)}`, the decoder ids usually a start token; a model with a
+            `decoder_start_token_id` (an imported Marian or BART) may be
+            given `encoder_token_ids` alone. An imported model's own
+            settings are `**model.generation_config`.
         max_new_tokens: how many tokens to add after the prompt.
         sampler: `"greedy"`, `"temperature"`, `"top_k"`, `"top_p"`, `"beam"`,
             or a `Sampler` instance.
