@@ -52,10 +52,10 @@ def check_tokenizer(tokenizer, name, model_vocabulary_size):
             f"`{name}` must be a keras_transformer.text tokenizer. "
             f"Received: {name}={tokenizer!r}"
         )
-    if tokenizer.vocabulary_size() > model_vocabulary_size:
+    if tokenizer.emitted_vocabulary_size() > model_vocabulary_size:
         raise ValueError(
-            f"`{name}` has {tokenizer.vocabulary_size()} tokens, more than the "
-            f"model's vocabulary_size ({model_vocabulary_size})."
+            f"`{name}` has {tokenizer.emitted_vocabulary_size()} tokens, more "
+            f"than the model's vocabulary_size ({model_vocabulary_size})."
         )
 
 

@@ -254,8 +254,7 @@ class Sampler:
 class GreedySampler(Sampler):
     """Always the most likely token (temperature does not matter).
 
-    Args:
-        **options: the options of `Sampler`.
+    Takes the arguments of `Sampler`, its options included.
     """
 
     def next_token(self, logits, seed):
@@ -265,9 +264,7 @@ class GreedySampler(Sampler):
 class TemperatureSampler(Sampler):
     """Samples from softmax(logits / temperature).
 
-    Args:
-        temperature: logits are divided by it first.
-        **options: the options of `Sampler`.
+    Takes the arguments of `Sampler` (`temperature` and the options).
     """
 
     def next_token(self, logits, seed):

@@ -49,8 +49,15 @@ def read_weights(path):
     elif os.path.isfile(os.path.join(path, WEIGHTS)):
         files = [WEIGHTS]
     else:
+        hint = ""
+        if os.path.isfile(os.path.join(path, "pytorch_model.bin")):
+            hint = (
+                " It has a pytorch_model.bin: convert it to safetensors first "
+                "(transformers' `save_pretrained` writes model.safetensors)."
+            )
         raise FileNotFoundError(
-            f"No {WEIGHTS} or {INDEX} in the checkpoint folder. Received: path={path!r}"
+            f"No {WEIGHTS} or {INDEX} in the checkpoint folder.{hint} "
+            f"Received: path={path!r}"
         )
     weights = {}
     for name in files:

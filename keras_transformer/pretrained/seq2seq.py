@@ -41,7 +41,6 @@ ACTIVATIONS = {
     "silu": "silu",
     "gelu": "gelu",
     "relu": "relu",
-    "gelu_new": "gelu_approximate",
 }
 ARCHITECTURES = {
     "marian": ("MarianMTModel",),
@@ -81,7 +80,28 @@ GENERATION_KEYS = (
     "do_sample",
     "num_beam_groups",
     "repetition_penalty",
+    "force_bos_token_to_be_generated",
+    "bos_token_id",
 )
+# Settings that change what transformers generates and that we do not
+# reproduce: refused unless they hold their default (the value here).
+REFUSED = {
+    "num_beam_groups": 1,
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "encoder_no_repeat_ngram_size": 0,
+    "exponential_decay_length_penalty": None,
+    "begin_suppress_tokens": None,
+    "sequence_bias": None,
+    "force_words_ids": None,
+    "constraints": None,
+    "forced_decoder_ids": None,
+    "num_return_sequences": 1,
+    "diversity_penalty": 0.0,
+    "penalty_alpha": None,
+    "max_time": None,
+    "stop_strings": None,
+}
 MAX_LENGTH = (
     20  # transformers' default when neither max_length nor max_new_tokens is set
 )
@@ -117,7 +137,9 @@ def config_to_arguments(config, generation=None):
             f", vocab_size={vocabulary!r}"
         )
     marian = family == "marian"
-    start = config.get("decoder_start_token_id")
+    start = (generation or {}).get("decoder_start_token_id")
+    if start is None:
+        start = config.get("decoder_start_token_id")
     if start is None:
         raise ValueError(
             f"This {name} checkpoint has no `decoder_start_token_id`. "
@@ -150,8 +172,15 @@ def generation_arguments(config, generation, name):
     """`kt.generation.generate` keyword arguments (our ids) of a
     checkpoint's generation settings; a ValueError names a setting we do
     not reproduce."""
-    settings = {k: config[k] for k in GENERATION_KEYS if config.get(k) is not None}
-    settings.update({k: v for k, v in (generation or {}).items() if v is not None})
+    # transformers reads generation_config.json alone when there is one, and
+    # the legacy keys of config.json otherwise.
+    if generation is not None:
+        settings = {k: v for k, v in generation.items() if v is not None}
+    else:
+        keys = (*GENERATION_KEYS, *REFUSED)
+        settings = {k: config[k] for k in keys if config.get(k) is not None}
+        if settings.pop("force_bos_token_to_be_generated", False):  # legacy BART
+            settings.setdefault("forced_bos_token_id", config.get("bos_token_id", 0))
 
     def unsupported(key, why):
         raise ValueError(
@@ -161,11 +190,10 @@ def generation_arguments(config, generation, name):
 
     if settings.get("do_sample"):
         unsupported("do_sample", "greedy and beam search are reproduced")
-    if settings.get("num_beam_groups", 1) != 1:
-        unsupported("num_beam_groups", "diverse beam search is not implemented")
-    if settings.get("repetition_penalty", 1.0) != 1.0:
-        unsupported("repetition_penalty", "not implemented")
-    end = settings.get("eos_token_id")
+    for key, default in REFUSED.items():
+        if key in settings and settings[key] not in (default, [], {}):
+            unsupported(key, "not implemented")
+    end = settings.get("eos_token_id", config.get("eos_token_id"))
     if isinstance(end, list):
         if len(end) != 1:
             unsupported("eos_token_id", "one end token only")
@@ -188,14 +216,16 @@ def generation_arguments(config, generation, name):
         )
     else:
         arguments["sampler"] = "greedy"
-    if settings.get("min_new_tokens"):
-        arguments["min_new_tokens"] = settings["min_new_tokens"]
-    elif settings.get("min_length", 0) > 1:  # min_length counts the start token
-        arguments["min_new_tokens"] = settings["min_length"] - 1
+    # min_length counts the start token; with both, both hold.
+    least = max(settings.get("min_new_tokens", 0), settings.get("min_length", 0) - 1)
+    if least > 0:
+        arguments["min_new_tokens"] = least
     if settings.get("no_repeat_ngram_size"):
         arguments["no_repeat_ngram_size"] = settings["no_repeat_ngram_size"]
     suppressed = list(settings.get("suppress_tokens") or [])
     for words in settings.get("bad_words_ids") or []:
+        if words == [end]:  # transformers drops the end token from bad words
+            continue
         if len(words) != 1:
             unsupported("bad_words_ids", "single-token entries only")
         suppressed.append(words[0])
@@ -282,12 +312,15 @@ def family_of(model):
 
 
 def arguments_to_config(model, family):
-    """The Hugging Face `config.json` of a `Seq2Seq` in `family`'s layout."""
+    """The Hugging Face `config.json` and `generation_config.json` of a
+    `Seq2Seq` in `family`'s layout."""
     generation = generation_settings(model)
-    end = generation.get("eos_token_id", 0 if family == "marian" else 2)
-    activation = {"silu": "swish", "gelu_approximate": "gelu_new"}.get(
-        model.activation, model.activation
-    )
+    end = generation.setdefault("eos_token_id", 0 if family == "marian" else 2)
+    if family == "marian":  # Marian's pad is its decoder start token
+        generation["pad_token_id"] = generation["decoder_start_token_id"]
+    else:
+        generation.update(pad_token_id=1, bos_token_id=0)
+    activation = {"silu": "swish"}.get(model.activation, model.activation)
     vocabulary = model.vocabulary_size - 1
     config = {
         "architectures": list(ARCHITECTURES[family]),
@@ -446,11 +479,21 @@ def _key(weights, name):
 # Tied copies of the shared table, and Marian's sinusoid buffers, carry no
 # weights of their own.
 COPIES = ("embed_tokens.weight", "lm_head.weight")
+# fairseq conversions carry `.version` buffers, which transformers ignores.
+BUFFERS = (".version",)
 
 
 def build(config, weights, generation=None):
     """Our `Seq2Seq` of a Marian or BART checkpoint, weights in place."""
     arguments = config_to_arguments(config, generation)
+    if _key_or_none(weights, "model.shared.weight") is None:
+        for copy in (
+            "model.encoder.embed_tokens.weight",
+            "encoder.embed_tokens.weight",
+        ):
+            if copy in weights:  # some exports keep only a tied copy
+                weights = {**weights, "model.shared.weight": weights[copy]}
+                break
     shared = weights.get(_key_or_none(weights, "model.shared.weight"))
     for key in [k for k in weights if k.endswith(COPIES)]:
         if (
@@ -462,8 +505,10 @@ def build(config, weights, generation=None):
                 f"The checkpoint's {key!r} differs from its shared token table; "
                 "kt.models.Seq2Seq ties them (untied embeddings are not supported)."
             )
-    ignored = COPIES + (
-        ("embed_positions.weight",) if config["model_type"] == "marian" else ()
+    ignored = (
+        COPIES
+        + BUFFERS
+        + (("embed_positions.weight",) if config["model_type"] == "marian" else ())
     )
     model = Seq2Seq(**arguments)
     if "final_logits_bias" not in weights:  # some exports leave the zeros out

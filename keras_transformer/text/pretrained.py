@@ -89,10 +89,7 @@ def tokenizer_from_pretrained(path):
         os.path.join(path, MERGES)
     ):
         options = {}
-        if (
-            model_config.get("model_type") == "bart"
-            or config.get("tokenizer_class") in BART_CLASSES
-        ):
+        if _is_bart(config, model_config):
             if config.get("add_prefix_space"):
                 raise ValueError(
                     "`add_prefix_space=True` is not supported. "
@@ -117,7 +114,11 @@ def tokenizer_from_pretrained(path):
     else:
         data = _tokenizer_json(path)
         if (data.get("model") or {}).get("type") == "BPE":
-            return _bpe_from_tokenizer_json(data, path)
+            tokenizer = _bpe_from_tokenizer_json(
+                data, path, _is_bart(config, model_config, data)
+            )
+            _check_size(tokenizer, model_config, path)
+            return tokenizer
         tokens, lowercase, strip_accents, chinese = _from_tokenizer_json(data, path)
     if strip_accents is not None and strip_accents != lowercase:
         # tensorflow-text lower-cases and strips accents together.
@@ -133,8 +134,9 @@ def tokenizer_from_pretrained(path):
     return WordPieceTokenizer(tokens, lowercase=lowercase)
 
 
-def _special_options(specials, vocabulary_file, bos=None):
-    vocabulary = _read_json(vocabulary_file) or {}
+def _special_options(specials, vocabulary_file, bos=None, vocabulary=None):
+    if vocabulary is None:
+        vocabulary = _read_json(vocabulary_file) or {}
     present = [t for t in specials if t in vocabulary]
     for token in ("</s>",) + ((bos,) if bos else ()):
         if token not in vocabulary:
@@ -170,11 +172,12 @@ def _marian(path):
 
 def _check_size(tokenizer, model_config, path):
     size = model_config.get("vocab_size")
-    if size is not None and tokenizer.vocabulary_size() - 1 > size:
+    emitted = tokenizer.emitted_vocabulary_size() - 1  # their ids
+    if size is not None and emitted > size:
         raise ValueError(
-            f"The tokenizer files in {path!r} have {tokenizer.vocabulary_size() - 1} "
-            f"tokens, more than the model's vocab_size={size} (config.json): they "
-            "do not belong together."
+            f"The tokenizer files in {path!r} have {emitted} tokens, more than "
+            f"the model's vocab_size={size} (config.json): they do not belong "
+            "together."
         )
 
 
@@ -196,11 +199,11 @@ def check_seq2seq_tokenizer(tokenizer, family, vocabulary_size):
             "a (source, target) pair of kt.text.SentencePieceTokenizer sharing "
             "a vocabulary"
         )
-        size = tokenizer[0].vocabulary_size() if good else None
+        size = tokenizer[0].emitted_vocabulary_size() if good else None
     else:
         good = isinstance(tokenizer, BytePairTokenizer)
         what = "a kt.text.BytePairTokenizer"
-        size = tokenizer.vocabulary_size() if good else None
+        size = tokenizer.emitted_vocabulary_size() if good else None
     if not good:
         raise ValueError(
             f"For a {family} model, `tokenizer` must be {what}. "
@@ -282,7 +285,17 @@ def _tokenizer_json(path):
     return data
 
 
-def _bpe_from_tokenizer_json(data, path):
+def _is_bart(config, model_config, data=None):
+    """Whether a BPE folder is BART's (`<s> ... </s>` around each text)."""
+    processor = ((data or {}).get("post_processor") or {}).get("type")
+    return (
+        model_config.get("model_type") == "bart"
+        or config.get("tokenizer_class") in BART_CLASSES
+        or processor == "RobertaProcessing"
+    )
+
+
+def _bpe_from_tokenizer_json(data, path, bart=False):
     """A `BytePairTokenizer` from a byte-level BPE `tokenizer.json`."""
     model, file = data["model"], os.path.join(path, TOKENIZER)
     pre = data.get("pre_tokenizer") or {}
@@ -299,7 +312,10 @@ def _bpe_from_tokenizer_json(data, path):
     vocabulary = dict(model.get("vocab") or {})
     for token in data.get("added_tokens") or []:
         vocabulary.setdefault(token["content"], token["id"])
-    return BytePairTokenizer(vocabulary, model.get("merges") or [])
+    options = {}
+    if bart:
+        options = _special_options(BART_SPECIAL, file, "<s>", vocabulary)
+    return BytePairTokenizer(vocabulary, model.get("merges") or [], **options)
 
 
 def _from_tokenizer_json(data, path):

@@ -200,6 +200,15 @@ class Tokenizer(keras.layers.Layer):
         """The number of token ids."""
         return len(self._vocabulary)
 
+    def emitted_vocabulary_size(self):
+        """One more than the largest id `tokenize` can give: the
+        `special_tokens` (which text never becomes) do not count, so a
+        checkpoint's vocabulary may lack them (bart-large-cnn's `<mask>`)."""
+        special = {self._token_to_id[t] for t in self.special_tokens}
+        return 1 + max(
+            (i for i in range(len(self._vocabulary)) if i not in special), default=-1
+        )
+
     def get_vocabulary(self):
         """The tokens as a list; token `i` has id `i`."""
         return list(self._vocabulary)

@@ -192,9 +192,14 @@ def _copy(name, tmp_path):
 )
 def test_unsupported_config_names_key_before_weights(tmp_path, key, value):
     path = _copy("marian_tiny", tmp_path)
-    config = json.load(open(path / "config.json"))
+    file = (
+        "generation_config.json"
+        if key in ("do_sample", "num_beam_groups")
+        else "config.json"
+    )
+    config = json.load(open(path / file))
     config[key] = value
-    json.dump(config, open(path / "config.json", "w"))
+    json.dump(config, open(path / file, "w"))
     os.remove(path / "model.safetensors")  # the check comes before reading weights
     with pytest.raises(ValueError, match=key):
         kt.models.from_pretrained(path)
@@ -268,3 +273,69 @@ def test_export_serves_transformers_outputs(
     names, (served,) = run_export_test(path, [(signature, {argument: texts})], tmp_path)
     assert names == ["serving_default", signature]
     assert [t.decode() for t in served[output]] == [r["beam_text"] for r in rows]
+
+
+def test_bart_tokenizer_json_alone_gives_the_same_ids(loaded, tmp_path):
+    path = _copy("bart_tiny", tmp_path)
+    os.remove(path / "vocab.json")
+    os.remove(path / "merges.txt")  # what transformers 5 writes: tokenizer.json
+    tokenizer = kt.text.tokenizer_from_pretrained(path)
+    rows = reference("bart_tiny")
+    ids = tokenizer.truncate(tokenizer.tokenize([r["text"] for r in rows]), 64)
+    assert [[i - 1 for i in row] for row in ids.to_list()] == [
+        r["input_ids"] for r in rows
+    ]
+
+
+def test_special_tokens_beyond_the_model_vocabulary_are_allowed(tmp_path):
+    # bart-large-cnn: vocab_size 50264, and vocab.json's 50265th token <mask>.
+    characters = list(kt.text.bytes_to_unicode().values())
+    tokens = ["<s>", "<pad>", "</s>", "<unk>", *characters, "<mask>"]
+    (tmp_path / "vocab.json").write_text(
+        json.dumps({t: i for i, t in enumerate(tokens)})
+    )
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n")
+    config = {"model_type": "bart", "vocab_size": len(tokens) - 1}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    tokenizer = kt.text.tokenizer_from_pretrained(tmp_path)
+    assert tokenizer.vocabulary_size() == len(tokens) + 1
+    assert tokenizer.emitted_vocabulary_size() == len(tokens)  # <mask> aside
+    config["vocab_size"] = len(tokens) - 2  # an ordinary token beyond: refused
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="vocab_size"):
+        kt.text.tokenizer_from_pretrained(tmp_path)
+
+
+def test_generation_settings_follow_transformers_precedence(tmp_path):
+    path = _copy("bart_tiny", tmp_path)
+    config = json.load(open(path / "config.json"))
+    config.update(num_beams=7, force_bos_token_to_be_generated=True)
+    json.dump(config, open(path / "config.json", "w"))
+    # generation_config.json wins over config.json's legacy keys...
+    assert kt.models.from_pretrained(path).generation_config["num_beams"] == 4
+    # ...which count when it is absent (legacy BART forces <s>).
+    os.remove(path / "generation_config.json")
+    settings = kt.models.from_pretrained(path).generation_config
+    assert settings["num_beams"] == 7 and settings["forced_first_token_id"] == 1
+    assert settings["max_new_tokens"] == 19  # transformers' default max_length 20
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("num_return_sequences", 2), ("encoder_no_repeat_ngram_size", 3),
+     ("forced_decoder_ids", [[1, 5]]), ("repetition_penalty", 1.2)],
+)  # fmt: skip
+def test_unsupported_generation_settings_are_refused(tmp_path, key, value):
+    path = _copy("bart_tiny", tmp_path)
+    generation = json.load(open(path / "generation_config.json"))
+    generation[key] = value
+    json.dump(generation, open(path / "generation_config.json", "w"))
+    with pytest.raises(ValueError, match=key):
+        kt.models.from_pretrained(path)
+
+
+def test_pytorch_bin_only_says_to_convert(tmp_path):
+    path = _copy("marian_tiny", tmp_path)
+    os.replace(path / "model.safetensors", path / "pytorch_model.bin")
+    with pytest.raises(FileNotFoundError, match="convert it to safetensors"):
+        kt.models.from_pretrained(path)
