@@ -8,11 +8,13 @@ from keras_transformer.layers.attention import (
 from keras_transformer.layers.decoder import DecoderBlock, TransformerDecoderBlock
 from keras_transformer.layers.encoder import TransformerEncoderBlock
 from keras_transformer.layers.masking import causal_mask
+from keras_transformer.layers.patch import PatchEmbedding
 from keras_transformer.layers.position import PositionalEmbedding, sinusoidal_encoding
 
 __all__ = [
     "DecoderBlock",
     "MultiHeadAttention",
+    "PatchEmbedding",
     "PositionalEmbedding",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",

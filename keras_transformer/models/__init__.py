@@ -1,9 +1,10 @@
 """Model classes (registered functional `keras.Model` subclasses), their
 factories and presets.
 
-Each family is one module: `bert.py` (`BERT`; its heads in `bert_heads.py`), `gpt.py`
-(`GPT2`), `seq2seq.py` (`Seq2Seq`). `generative.py` holds the small protocol
-(`CausalLM`, `Seq2SeqLM`) that generation and export decode through.
+Each family is one module: `bert.py` (`BERT`; its heads in `bert_heads.py`),
+`gpt.py` (`GPT2`), `seq2seq.py` (`Seq2Seq`), `vit.py` (`ViT`). `generative.py`
+holds the small protocol (`CausalLM`, `Seq2SeqLM`) that generation and export
+decode through.
 """
 
 from keras_transformer.models.bert import BERT, bert
@@ -19,6 +20,7 @@ from keras_transformer.models.generative import CausalLM, Seq2SeqLM
 from keras_transformer.models.gpt import GPT2, gpt2
 from keras_transformer.models.presets import PRESETS
 from keras_transformer.models.seq2seq import Seq2Seq, seq2seq
+from keras_transformer.models.vit import ViT, vit
 
 # Last: the checkpoint converters build the classes above.
 from keras_transformer.pretrained import from_pretrained, save_pretrained  # noqa: E402
@@ -33,6 +35,7 @@ __all__ = [
     "CausalLM",
     "Seq2Seq",
     "Seq2SeqLM",
+    "ViT",
     "bert",
     "bert_classifier",
     "bert_feature_extractor",
@@ -41,4 +44,5 @@ __all__ = [
     "gpt2",
     "save_pretrained",
     "seq2seq",
+    "vit",
 ]
