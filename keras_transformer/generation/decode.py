@@ -20,7 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.generation.samplers import BeamSampler, get_sampler
+from keras_transformer.generation.samplers import BeamSampler, Sampler, get_sampler
+from keras_transformer.generation.speculative import speculative_decode_function
 from keras_transformer.models.generative import CausalLM, Seq2SeqLM
 
 BUCKET = 32  # buffer and source lengths are rounded up to a multiple of this
@@ -36,6 +37,11 @@ def generate(
     end_token_id=None,
     use_cache=True,
     seed=None,
+    *,
+    draft_model=None,
+    num_speculative_tokens=None,
+    prompt_lookup_num_tokens=None,
+    prompt_lookup_max_ngram_size=3,
     **sampler_args,
 ):
     """Generates tokens with a `GPT2` or `Seq2Seq` model.
@@ -62,6 +68,21 @@ def generate(
         use_cache: False recomputes the whole prefix at every step (for
             comparison; same tokens).
         seed: int seed; the same seed gives the same samples.
+        draft_model: speculative decoding (GPT only): a smaller
+            `kt.models.CausalLM` over the same vocabulary proposes
+            `num_speculative_tokens` tokens per step with its own KV cache,
+            and `model` checks them all in one pass. Greedy output is plain
+            greedy decoding's, token for token; sampled output has the
+            target's distribution (see `kt.generation.speculative`).
+        num_speculative_tokens: tokens the draft proposes per step (>= 1;
+            4 by default with a `draft_model`).
+        prompt_lookup_num_tokens: prompt-lookup decoding (GPT only, no
+            draft): propose this many tokens (>= 1) that followed the most
+            recent earlier occurrence of the last n tokens, with the same
+            guarantees as `draft_model`. Helps on text that repeats its
+            input (quotes, summaries, code, edits).
+        prompt_lookup_max_ngram_size: the longest n tried (n goes down to 1
+            until a match is found).
         **sampler_args: `temperature`, `top_k`, `top_p`, `num_beams`,
             `length_penalty`, `rules`, `early_stopping`, and the options every
             sampler takes: `min_new_tokens`, `no_repeat_ngram_size`,
@@ -82,6 +103,15 @@ def generate(
     """
     check_generative(model, "model")
     sampler = get_sampler(sampler, **sampler_args)
+    speculation = _check_speculation(
+        model,
+        sampler,
+        use_cache,
+        draft_model,
+        num_speculative_tokens,
+        prompt_lookup_num_tokens,
+        prompt_lookup_max_ngram_size,
+    )
     if isinstance(max_new_tokens, bool) or not isinstance(
         max_new_tokens, int | np.integer
     ):
@@ -124,13 +154,18 @@ def generate(
         )
     if max_new_tokens == 0:
         return prompt
-    length = min(limit, -(-total // BUCKET) * BUCKET)
+    # Speculative steps write up to K positions past the last one kept.
+    room = total + (speculation["num_tokens"] if speculation else 0)
+    length = min(limit, -(-room // BUCKET) * BUCKET)
     tokens = np.zeros((batch, length), "int32")
     tokens[:, :prompt_length] = prompt
     if source is not None:
         source = _pad(source, min(limit, -(-source.shape[1] // BUCKET) * BUCKET))
     seed = np.random.default_rng().integers(2**31) if seed is None else seed
-    decode = compiled_decode_fn(model, sampler, use_cache)
+    if speculation:
+        decode = compiled_speculative_fn(model, sampler, **speculation)
+    else:
+        decode = compiled_decode_fn(model, sampler, use_cache)
     output = decode(
         tf.constant(tokens),
         tf.constant(source if source is not None else np.zeros((batch, 1), "int32")),
@@ -139,6 +174,8 @@ def generate(
         tf.constant(-1 if end_token_id is None else end_token_id, tf.int32),
         tf.constant([seed, 0], tf.int32),
     )
+    if speculation:
+        output, _ = output  # the tokens, without the step counts
     return output.numpy()[:, :total]
 
 
@@ -154,6 +191,33 @@ def compiled_decode_fn(model, sampler, use_cache=True):
             reduce_retracing=False,
         )
     return functions[key]
+
+
+def compiled_speculative_fn(
+    model, sampler, num_tokens, draft_model=None, max_ngram_size=3
+):
+    """`kt.generation.speculative.speculative_decode_function` as an
+    XLA-compiled `tf.function`, built once per model, draft and settings.
+
+    The function returns `(tokens, stats)`, `stats` being the int32 `(2,)`
+    count of speculative steps and of the proposed tokens they kept."""
+    functions = _COMPILED.setdefault(model, {})
+    key = (sampler.config(), "speculative", num_tokens, max_ngram_size)
+    drafts = functions.setdefault(key, weakref.WeakKeyDictionary())
+    owner = model if draft_model is None else draft_model  # lookup: no draft
+    if owner not in drafts:
+        drafts[owner] = tf.function(
+            speculative_decode_function(
+                model,
+                sampler,
+                num_tokens,
+                draft_model=draft_model,
+                max_ngram_size=max_ngram_size,
+            ),
+            jit_compile=True,
+            reduce_retracing=False,
+        )
+    return drafts[owner]
 
 
 def decode_function(model, sampler, use_cache=True):
@@ -209,6 +273,66 @@ def check_generative(model, name):
             f"kt.models.Seq2SeqLM (such as kt.models.Seq2Seq). Received: "
             f"{name}={validation.describe(model)}"
         )
+
+
+def _check_speculation(
+    model,
+    sampler,
+    use_cache,
+    draft_model,
+    num_tokens,
+    lookup_tokens,
+    max_ngram_size,
+):
+    """The checked speculative settings as `compiled_speculative_fn`
+    keyword arguments, or None for plain decoding."""
+    if draft_model is None and lookup_tokens is None:
+        if num_tokens is not None:
+            raise ValueError(
+                "`num_speculative_tokens` needs a `draft_model`. "
+                f"Received: num_speculative_tokens={num_tokens!r}, draft_model=None"
+            )
+        return None
+    if draft_model is not None and lookup_tokens is not None:
+        raise ValueError(
+            "Give either a `draft_model` or `prompt_lookup_num_tokens`, not both. "
+            f"Received: prompt_lookup_num_tokens={lookup_tokens!r} with a draft_model"
+        )
+    name = "draft_model" if draft_model is not None else "prompt_lookup_num_tokens"
+    if not isinstance(model, CausalLM):
+        raise ValueError(
+            f"`{name}` works with decoder-only models (kt.models.CausalLM). "
+            f"Received: model={validation.describe(model)}"
+        )
+    if isinstance(sampler, BeamSampler) or (
+        type(sampler).distribution is Sampler.distribution
+    ):
+        raise ValueError(
+            f"`{name}` works with the greedy, temperature, top_k and top_p "
+            f"samplers, not beam search. Received: sampler={type(sampler).__name__}"
+        )
+    if not use_cache:
+        raise ValueError(
+            f"`{name}` decodes with the KV cache. Received: use_cache=False"
+        )
+    if draft_model is None:
+        validation.check_positive_int("prompt_lookup_num_tokens", lookup_tokens)
+        validation.check_positive_int("prompt_lookup_max_ngram_size", max_ngram_size)
+        return {"num_tokens": lookup_tokens, "max_ngram_size": max_ngram_size}
+    if not isinstance(draft_model, CausalLM):
+        raise ValueError(
+            "`draft_model` must be a kt.models.CausalLM (such as kt.models.GPT2). "
+            f"Received: draft_model={validation.describe(draft_model)}"
+        )
+    if draft_model.vocabulary_size != model.vocabulary_size:
+        raise ValueError(
+            "`draft_model` must share the model's vocabulary: its "
+            f"vocabulary_size is {draft_model.vocabulary_size}, the model's "
+            f"{model.vocabulary_size}."
+        )
+    num_tokens = 4 if num_tokens is None else num_tokens
+    validation.check_positive_int("num_speculative_tokens", num_tokens)
+    return {"num_tokens": num_tokens, "draft_model": draft_model}
 
 
 def _check_end_token_id(end_token_id, model):

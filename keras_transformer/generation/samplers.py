@@ -159,6 +159,13 @@ class Sampler:
         """Chooses `(B,)` int32 tokens from float32 `(B, V)` logits."""
         raise NotImplementedError
 
+    def distribution(self, logits):
+        """The probabilities `(B, V)` that `next_token` draws from (one-hot
+        for greedy), for speculative decoding's acceptance rule."""
+        raise NotImplementedError(
+            f"{type(self).__name__} has no per-token distribution."
+        )
+
     def process(self, scores, tokens, index, prompt_lengths, stop, end_token_id):
         """Applies the options to the float32 `(R, V)` scores of position
         `index` (HF's logits processors); a no-op when all are off.
@@ -201,7 +208,16 @@ class Sampler:
         return scores
 
     def __call__(
-        self, next_fn, tokens, cache, start, stop, prompt_mask, end_token_id, seed
+        self,
+        next_fn,
+        tokens,
+        cache,
+        start,
+        stop,
+        prompt_mask,
+        end_token_id,
+        seed,
+        done=None,
     ):
         """Fills `tokens[:, start:stop]` one position at a time.
 
@@ -214,12 +230,14 @@ class Sampler:
             prompt_mask: bool `(B, L)`, True where `tokens` is prompt (kept).
             end_token_id: int32 scalar; -1 for none. After it, rows get 0.
             seed: int32 `(2,)` seed of the stateless random ops.
+            done: optional bool `(B,)`, rows that already ended (a loop that
+                continues another one, as speculative decoding's tail does).
 
         Returns:
             The filled `(B, L)` tokens.
         """
-        batch = tf.shape(tokens)[0]
-        done = tf.zeros((batch,), tf.bool)
+        if done is None:
+            done = tf.zeros((tf.shape(tokens)[0],), tf.bool)
         prompt_lengths = _prompt_lengths(prompt_mask)
 
         def cond(tokens, cache, index, done):
@@ -260,6 +278,9 @@ class GreedySampler(Sampler):
     def next_token(self, logits, seed):
         return tf.argmax(logits, axis=-1, output_type=tf.int32)
 
+    def distribution(self, logits):
+        return tf.one_hot(self.next_token(logits, None), tf.shape(logits)[-1])
+
 
 class TemperatureSampler(Sampler):
     """Samples from softmax(logits / temperature).
@@ -269,6 +290,9 @@ class TemperatureSampler(Sampler):
 
     def next_token(self, logits, seed):
         return tf.cast(tf.random.stateless_categorical(logits, 1, seed)[:, 0], tf.int32)
+
+    def distribution(self, logits):
+        return tf.nn.softmax(logits, axis=-1)
 
 
 class TopKSampler(Sampler):
@@ -289,6 +313,11 @@ class TopKSampler(Sampler):
         values, indices = tf.math.top_k(logits, k=self.top_k)  # (B, top_k)
         choice = tf.random.stateless_categorical(values, 1, seed)  # (B, 1)
         return tf.gather(indices, choice, batch_dims=1)[:, 0]
+
+    def distribution(self, logits):
+        values, indices = tf.math.top_k(logits, k=self.top_k)
+        kept = tf.one_hot(indices, tf.shape(logits)[-1])  # (B, top_k, V)
+        return tf.einsum("bk,bkv->bv", tf.nn.softmax(values, axis=-1), kept)
 
 
 class TopPSampler(Sampler):
@@ -312,15 +341,25 @@ class TopPSampler(Sampler):
         self.top_p = top_p
 
     def next_token(self, logits, seed):
+        order, sorted_logits = self._nucleus(logits)
+        choice = tf.random.stateless_categorical(sorted_logits, 1, seed)
+        return tf.gather(order, choice, batch_dims=1)[:, 0]
+
+    def distribution(self, logits):
+        order, sorted_logits = self._nucleus(logits)
+        probs = tf.nn.softmax(sorted_logits, axis=-1)
+        return tf.gather(probs, tf.argsort(order, axis=-1), batch_dims=1)
+
+    def _nucleus(self, logits):
+        """The token order and the sorted logits, outside the nucleus at the
+        float32 floor."""
         order = tf.argsort(logits, axis=-1, direction="DESCENDING")
         sorted_logits = tf.gather(logits, order, batch_dims=1)
         probs = tf.nn.softmax(sorted_logits, axis=-1)
         # Keep a token if the mass before it is still below p (the first
         # token is always kept).
         before = tf.cumsum(probs, axis=-1, exclusive=True)
-        sorted_logits = tf.where(before < self.top_p, sorted_logits, tf.float32.min)
-        choice = tf.random.stateless_categorical(sorted_logits, 1, seed)
-        return tf.gather(order, choice, batch_dims=1)[:, 0]
+        return order, tf.where(before < self.top_p, sorted_logits, tf.float32.min)
 
 
 BEAM_RULES = ("wu", "transformers")

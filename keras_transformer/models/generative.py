@@ -11,6 +11,11 @@ or a `Seq2SeqLM` (encoder-decoder, like `Seq2Seq`) for
   filled KV caches, or what an uncached step needs;
 - `next_logits(tokens, state, index, use_cache)`: float logits `(B, V)` for
   position `index` given the tokens before it, and the updated state;
+- for speculative and prompt-lookup decoding (decoder-only models),
+  `chunk_logits(chunk, state, index)`: float logits `(B, T, V)` for
+  positions `index + 1 .. index + T` after writing the keys and values of
+  `chunk` `(B, T)`, the tokens at positions `index .. index + T - 1`, into
+  the cache; and the updated state;
 - optionally `split_decoding_state(state) -> (varying, fixed)` and
   `join_decoding_state(varying, fixed)`: the part of the state that never
   changes while decoding (the encoder's output) stays out of the decode
@@ -59,6 +64,9 @@ class CausalLM(DecodingStateMixin, keras.Model):
         raise NotImplementedError
 
     def next_logits(self, tokens, state, index, use_cache):
+        raise NotImplementedError
+
+    def chunk_logits(self, chunk, state, index):
         raise NotImplementedError
 
 

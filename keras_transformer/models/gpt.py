@@ -175,6 +175,9 @@ class GPT2(ModelMixin, CausalLM):
         logits, caches = self._forward(step, state, index - 1)
         return logits[:, 0], caches
 
+    def chunk_logits(self, chunk, state, index):
+        return self._forward(chunk, state, index)  # (B, T, V), caches
+
 
 @preset_factory(GPT2)
 def gpt2(
