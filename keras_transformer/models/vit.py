@@ -20,8 +20,7 @@ class ViT(ModelMixin, keras.Model):
 
     Patch embeddings with a class token and learned positions
     (`kt.layers.PatchEmbedding`), pre-LN encoder blocks with GELU, a final
-    LayerNorm, and a linear classifier on the class token's state. LayerNorm
-    epsilon is 1e-12, Hugging Face's `ViTConfig` default.
+    LayerNorm, and a linear classifier on the class token's state.
 
     Args:
         image_size: side of the square input images.
@@ -33,6 +32,8 @@ class ViT(ModelMixin, keras.Model):
         hidden_dim: hidden size E.
         intermediate_dim: feed-forward width.
         dropout: dropout rate (embeddings, attention, residual branches).
+        layer_norm_epsilon: epsilon of every LayerNorm (the blocks' and the
+            final one); 1e-12 is Hugging Face's `ViTConfig` default.
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
@@ -74,6 +75,7 @@ class ViT(ModelMixin, keras.Model):
         hidden_dim=None,
         intermediate_dim=None,
         dropout=0.0,
+        layer_norm_epsilon=1e-12,
         **kwargs,
     ):
         config = dict(
@@ -86,11 +88,13 @@ class ViT(ModelMixin, keras.Model):
             hidden_dim=hidden_dim,
             intermediate_dim=intermediate_dim,
             dropout=dropout,
+            layer_norm_epsilon=layer_norm_epsilon,
         )
         for name, value in config.items():
-            if name != "dropout":
+            if name not in ("dropout", "layer_norm_epsilon"):
                 validation.check_positive_int(name, value)
         validation.check_rate("dropout", dropout)
+        validation.check_rate("layer_norm_epsilon", layer_norm_epsilon)
         if hidden_dim % num_heads:
             raise ValueError(
                 "`hidden_dim` must be divisible by `num_heads`. "
@@ -113,14 +117,14 @@ class ViT(ModelMixin, keras.Model):
                 dropout=dropout,
                 activation="gelu",
                 normalize_first=True,
-                layer_norm_epsilon=1e-12,
+                layer_norm_epsilon=layer_norm_epsilon,
                 kernel_initializer=normal_initializer(),
                 name=f"transformer_layer_{i}",
             )
             for i in range(num_layers)
         ]
         self.final_layer_norm = keras.layers.LayerNormalization(
-            epsilon=1e-12, name="final_layer_norm"
+            epsilon=layer_norm_epsilon, name="final_layer_norm"
         )
         self.classifier = keras.layers.Dense(
             num_classes, kernel_initializer=normal_initializer(), name="classifier"
@@ -148,6 +152,7 @@ def vit(
     hidden_dim=None,
     intermediate_dim=None,
     dropout=0.0,
+    layer_norm_epsilon=1e-12,
 ):
     """Builds a `kt.models.ViT` image classifier.
 
@@ -163,6 +168,8 @@ def vit(
         hidden_dim: hidden size E.
         intermediate_dim: feed-forward width.
         dropout: dropout rate.
+        layer_norm_epsilon: epsilon of every LayerNorm (Hugging Face's
+            `ViTConfig` default, 1e-12).
 
     Returns:
         A `kt.models.ViT` taking float images

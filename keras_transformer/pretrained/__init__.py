@@ -12,7 +12,8 @@ from keras_transformer.models.bert import BERT
 from keras_transformer.models.bert_heads import BERTClassifier, BERTMaskedLM
 from keras_transformer.models.gpt import GPT2
 from keras_transformer.models.seq2seq import Seq2Seq
-from keras_transformer.pretrained import bert, checkpoint, gpt2, seq2seq
+from keras_transformer.models.vit import ViT
+from keras_transformer.pretrained import bert, checkpoint, gpt2, seq2seq, vit
 from keras_transformer.text.bpe import BytePairTokenizer
 from keras_transformer.text.pretrained import (
     END,
@@ -23,7 +24,13 @@ from keras_transformer.text.pretrained import (
 )
 from keras_transformer.text.wordpiece import WordPieceTokenizer
 
-FAMILIES = {"bert": bert, "gpt2": gpt2, "marian": seq2seq, "bart": seq2seq}
+FAMILIES = {
+    "bert": bert,
+    "gpt2": gpt2,
+    "marian": seq2seq,
+    "bart": seq2seq,
+    "vit": vit,
+}
 
 
 def from_pretrained(path):
@@ -41,7 +48,11 @@ def from_pretrained(path):
     -> `kt.models.Seq2Seq`, also with ids plus one, the checkpoint's
     generation settings (`generation_config.json`) in the model's
     `generation_config` and its decoder start token in
-    `decoder_start_token_id`. Weights are read with `safetensors` (no torch
+    `decoder_start_token_id`; and `model_type: vit`
+    (`ViTForImageClassification`) -> `kt.models.ViT`, which takes images
+    channels last, `(B, H, W, C)`, where transformers takes
+    `pixel_values` `(B, C, H, W)` (`ViTModel`, without a classifier, is
+    refused). Weights are read with `safetensors` (no torch
     or transformers needed); a config asking for something we do not
     compute is refused, naming the key, before any weight is built.
 
@@ -89,7 +100,8 @@ def save_pretrained(model, path, tokenizer=None):
     `transformers` (`BertModel.from_pretrained(path)`,
     `GPT2LMHeadModel.from_pretrained(path)`,
     `MarianMTModel.from_pretrained(path)`,
-    `BartForConditionalGeneration.from_pretrained(path)`). The ids of a
+    `BartForConditionalGeneration.from_pretrained(path)`,
+    `ViTForImageClassification.from_pretrained(path)`). The ids of a
     `GPT2` or `Seq2Seq` go back to the checkpoint's (minus one): the
     padding row 0 is dropped. A `Seq2Seq` is written as Marian (sinusoidal
     positions) or BART (learned positions) when its options are one of
@@ -98,7 +110,7 @@ def save_pretrained(model, path, tokenizer=None):
 
     Args:
         model: a `kt.models.BERT`, `BERTMaskedLM`, `BERTClassifier`,
-            `GPT2` or Marian- or BART-shaped `Seq2Seq`.
+            `GPT2`, Marian- or BART-shaped `Seq2Seq`, or `ViT`.
         path: the folder to write (created if needed).
         tokenizer: optionally the model's tokenizer: a
             `kt.text.WordPieceTokenizer` for BERT (written as `vocab.txt`
@@ -107,17 +119,29 @@ def save_pretrained(model, path, tokenizer=None):
             For a `Seq2Seq`: a BART `kt.text.BytePairTokenizer`, or a Marian
             `(source, target)` pair of `kt.text.SentencePieceTokenizer`
             with a vocabulary (`source.spm`, `target.spm`, `vocab.json`).
+            None for a `ViT`: its config has `num_labels`, no label names,
+            and no image processor is written.
 
     Returns:
         The folder's absolute path.
     """
-    if not isinstance(model, BERT | BERTMaskedLM | BERTClassifier | GPT2 | Seq2Seq):
+    models = BERT | BERTMaskedLM | BERTClassifier | GPT2 | Seq2Seq | ViT
+    if not isinstance(model, models):
         raise ValueError(
             "`model` must be a kt.models.BERT, BERTMaskedLM, BERTClassifier, "
-            f"GPT2 or Seq2Seq. Received: model={model!r}"
+            f"GPT2, Seq2Seq or ViT. Received: model={model!r}"
         )
     if isinstance(model, Seq2Seq):
         return _save_seq2seq(model, path, tokenizer)
+    if isinstance(model, ViT):
+        if tokenizer is not None:
+            raise ValueError(
+                "A ViT has no tokenizer: `tokenizer` must be None. "
+                f"Received: tokenizer={tokenizer!r}"
+            )
+        path = os.path.abspath(os.fspath(path))
+        checkpoint.write_folder(path, *vit.export(model))
+        return path
     is_gpt2 = isinstance(model, GPT2)
     if tokenizer is not None:
         check_savable(tokenizer, BytePairTokenizer if is_gpt2 else WordPieceTokenizer)

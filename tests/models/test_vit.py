@@ -67,6 +67,17 @@ def test_layers_are_attributes_and_the_blocks_pre_ln_gelu():
         assert block.activation is keras.activations.gelu
     assert model.final_layer_norm.epsilon == 1e-12
     assert model.classifier.units == 5
+    # A checkpoint's own epsilon reaches every LayerNorm and the config.
+    model = tiny_vit(layer_norm_epsilon=1e-6)
+    for block in model.blocks:
+        assert block.layer_norm_epsilon == 1e-6
+        assert block.self_attention_layer_norm.epsilon == 1e-6
+        assert block.feedforward_layer_norm.epsilon == 1e-6
+    assert model.final_layer_norm.epsilon == 1e-6
+    assert model.get_config()["layer_norm_epsilon"] == 1e-6
+    again = kt.models.ViT.from_config(model.get_config())
+    assert again.final_layer_norm.epsilon == 1e-6
+    assert again.blocks[1].feedforward_layer_norm.epsilon == 1e-6
 
 
 def test_a_permuted_batch_gives_permuted_logits():
@@ -160,6 +171,7 @@ def test_patch_embedding_refuses_bad_images():
         (dict(num_layers=None), "num_layers=None"),
         (dict(hidden_dim=15), "hidden_dim=15, num_heads=2"),
         (dict(dropout=-0.1), "dropout=-0.1"),
+        (dict(layer_norm_epsilon=-1e-6), "layer_norm_epsilon=-1e-06"),
     ],
 )
 def test_vit_refuses_bad_sizes(overrides, match):
