@@ -1,15 +1,18 @@
 """SavedModel export of end-to-end string models: the tokenizer, the model and
 (for generation) the compiled decode loop in one graph that serves raw strings
-with TensorFlow and tensorflow-text only."""
+with TensorFlow and tensorflow-text only; and of image classifiers that serve
+encoded image files with TensorFlow only."""
 
 from keras_transformer.export.classifier import export_classifier
 from keras_transformer.export.encoder import export_encoder
 from keras_transformer.export.generator import export_text_generator
+from keras_transformer.export.image_classifier import export_image_classifier
 from keras_transformer.export.translator import export_summarizer, export_translator
 
 __all__ = [
     "export_classifier",
     "export_encoder",
+    "export_image_classifier",
     "export_summarizer",
     "export_text_generator",
     "export_translator",

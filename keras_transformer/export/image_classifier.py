@@ -1,0 +1,259 @@
+"""A ViT image classifier as a SavedModel: encoded image files in, labels out.
+
+Shape legend: B batch (rows of the request), K rows that decoded, S the
+model's image size, C its channels, N classes.
+"""
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer import _validation as validation
+from keras_transformer.export import common
+from keras_transformer.models import ViT
+
+# The formats a row may be in, each with the byte strings its file starts
+# with (at these offsets); tf.io.decode_image sniffs the same ones.
+FORMATS = (
+    ("PNG", ((0, b"\x89PNG\r\n\x1a\n"),)),
+    ("JPEG", ((0, b"\xff\xd8\xff"),)),
+    ("GIF", ((0, b"GIF87a"),)),
+    ("GIF", ((0, b"GIF89a"),)),
+    ("BMP", ((0, b"BM"),)),
+    ("WebP", ((0, b"RIFF"), (8, b"WEBP"))),
+)
+# tf.image.rgb_to_grayscale's luma weights (ITU-R BT.601).
+LUMA = (0.2989, 0.5870, 0.1140)
+
+
+def export_image_classifier(
+    model,
+    path,
+    labels=None,
+    *,
+    scale=1 / 255,
+    mean=None,
+    std=None,
+    jit_compile=False,
+    overwrite=False,
+):
+    """Exports a `kt.models.ViT` as a SavedModel that classifies image files.
+
+    The SavedModel has one signature, `classify` (also `serving_default`):
+    `image_bytes` string `(B,)`, each row the bytes of a PNG, JPEG, GIF, BMP
+    or WebP file, to
+
+    - `label`: string `(B,)`, from `labels` (the class id as a string, "0",
+      "1", ..., without them); empty for a row that did not decode;
+    - `class_id`: int32 `(B,)`, the most probable class, -1 for such a row;
+    - `probabilities`: float32 `(B, N)`, the softmax of the model's logits,
+      zeros for such a row;
+    - `error`: string `(B,)`, empty for a classified row, else why it was not
+      (`"could not decode image: ..."`).
+
+    A row that does not decode never fails the request: the other rows are
+    classified as if it were not there. A row is refused when it does not
+    start with the signature of one of those formats (empty rows included),
+    or when TensorFlow's decoder raises on it (corrupt or truncated data):
+    rows are decoded in the graph by a `tf.data` pipeline whose
+    `ignore_errors()` drops the rows that raise. Damage the decoder does not
+    notice (altered bytes inside compressed pixel data, say) gives a wrong
+    image that is classified like any other.
+
+    Every row is preprocessed in the graph as the model was trained on:
+
+    1. decoded by `tf.io.decode_image` (`expand_animations=False`: a GIF's
+       first frame) in its own channels;
+    2. converted to the model's channels: alpha is dropped (transparent
+       pixels keep their stored colour), grayscale is repeated to RGB, and
+       RGB becomes gray by `tf.image.rgb_to_grayscale`'s weights
+       (0.2989 R + 0.5870 G + 0.1140 B, not rounded);
+    3. resized to the model's `image_size` × `image_size` by
+       `tf.image.resize` (bilinear, `antialias=True`, so shrinking averages
+       the pixels; a square image of that size is unchanged; other aspect
+       ratios are stretched, not cropped);
+    4. `x * scale`, then `(x - mean) / std` per channel when they are given,
+       on float32 pixel values in [0, 255].
+
+    Loading the SavedModel needs TensorFlow only, not keras_transformer.
+
+    Args:
+        model: a `kt.models.ViT` with 1 (grayscale) or 3 (RGB) channels.
+        path: the SavedModel directory to write.
+        labels: a list of N non-empty strings, one per class, or None for
+            the class ids as strings.
+        scale: the positive factor that pixel values in [0, 255] are
+            multiplied by first (1/255: [0, 1]; 1: unscaled).
+        mean: None, a number, or a sequence of C numbers subtracted per
+            channel after `scale`.
+        std: None, a number, or a sequence of C positive numbers that
+            pixels are divided by after `mean`.
+        jit_compile: compile the model's forward pass with XLA (once per
+            number of decoded rows seen). Decoding and resizing run outside
+            XLA either way. TF Serving runs XLA on CPU only with
+            `--xla_cpu_compilation_enabled=true`.
+        overwrite: replace an existing non-empty `path`.
+
+    Returns:
+        The absolute path written.
+
+    Example (loading; see docs/export.md for a complete run):
+
+    ```python
+    import tensorflow as tf
+
+    classifier = tf.saved_model.load(path)
+    with open("digit.png", "rb") as f:
+        out = classifier.signatures["classify"](image_bytes=tf.constant([f.read()]))
+    label, error = out["label"].numpy()[0], out["error"].numpy()[0]
+    ```
+    """
+    common.check_model(model, ViT, "export_image_classifier")
+    channels, size = model.num_channels, model.image_size  # C, S
+    if channels not in (1, 3):
+        raise ValueError(
+            "`export_image_classifier` needs a ViT for grayscale (num_channels=1) "
+            "or RGB (num_channels=3) images. Received: model with "
+            f"num_channels={channels!r}"
+        )
+    path = common.check_path(path, overwrite)
+    num_classes = model.num_classes
+    if labels is not None and (
+        isinstance(labels, str)
+        or not hasattr(labels, "__len__")
+        or len(labels) != num_classes
+        or not all(isinstance(label, str) and label for label in labels)
+    ):
+        raise ValueError(
+            f"`labels` must be a list of {num_classes} non-empty strings, one per "
+            f"class of the model. Received: labels={labels!r}"
+        )
+    if (
+        isinstance(scale, bool)
+        or not isinstance(scale, int | float)
+        or not (math.isfinite(scale) and scale > 0)
+    ):
+        raise ValueError(
+            f"`scale` must be a positive number. Received: scale={scale!r}"
+        )
+    mean = _per_channel("mean", mean, channels, default=0.0)
+    std = _per_channel("std", std, channels, default=1.0, positive=True)
+    validation.check_bool("jit_compile", jit_compile)
+    names = tf.constant(
+        [str(i) for i in range(num_classes)] if labels is None else list(labels)
+    )
+
+    def preprocess(data):
+        """One file's bytes -> float32 `(S, S, C)`, or an error."""
+        image = tf.io.decode_image(data, channels=0, expand_animations=False)
+        image = tf.cast(image, tf.float32)  # (height, width, 1 to 4)
+        count = tf.shape(image)[-1]
+        image = image[..., : tf.where(count >= 3, 3, 1)]  # without alpha
+        if channels == 3:
+            image = tf.tile(image, [1, 1, 3 // tf.shape(image)[-1]])
+        else:
+            image = tf.cond(
+                tf.shape(image)[-1] == 3,
+                lambda: tf.reduce_sum(image * LUMA, axis=-1, keepdims=True),
+                lambda: image,
+            )
+        image = tf.ensure_shape(image, [None, None, channels])
+        image = tf.image.resize(image, [size, size], antialias=True)
+        return (image * scale - mean) / std  # (S, S, C)
+
+    def decode(image_bytes, candidates):
+        """The rows that decode `(K,)` and their pixels `(K, S, S, C)`."""
+        rows = tf.where(candidates)[:, 0]
+        dataset = tf.data.Dataset.from_tensor_slices(
+            (rows, tf.gather(image_bytes, rows))
+        )
+        dataset = dataset.map(
+            lambda row, data: (row, preprocess(data)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        dataset = dataset.ignore_errors().batch(
+            tf.maximum(tf.size(rows, out_type=tf.int64), 1)
+        )
+        # At most one batch; none when no row decodes.
+        empty = (tf.zeros([0], tf.int64), tf.zeros([0, size, size, channels]))
+        return dataset.reduce(
+            empty,
+            lambda state, batch: (
+                tf.concat([state[0], batch[0]], 0),
+                tf.concat([state[1], batch[1]], 0),
+            ),
+        )
+
+    forward = tf.function(
+        lambda pixels: model(pixels, training=False), jit_compile=jit_compile
+    )
+
+    @tf.function(input_signature=[common.string_spec("image_bytes")])
+    def classify(image_bytes):
+        batch = tf.shape(image_bytes, out_type=tf.int64)[0]
+        # The first 16 bytes, padded with 16 zeros: substr raises past the end.
+        head = tf.strings.join([tf.strings.substr(image_bytes, 0, 16), "\0" * 16])
+        kind = tf.fill(tf.shape(image_bytes), "")  # the format's name, or ""
+        for name, parts in FORMATS:
+            match = tf.ones_like(image_bytes, tf.bool)
+            for offset, part in parts:
+                match &= tf.strings.substr(head, offset, len(part)) == part
+            kind = tf.where(match, name, kind)
+        candidates = kind != ""
+        rows, pixels = decode(image_bytes, candidates)  # (K,), (K, S, S, C)
+        logits = forward(pixels)  # (K, N)
+        probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+        class_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+        at = rows[:, None]  # (K, 1)
+        decoded = tf.scatter_nd(at, tf.ones_like(rows, tf.bool), [batch])  # (B,)
+        probabilities = tf.scatter_nd(at, probabilities, [batch, num_classes])
+        class_id = tf.scatter_nd(at, class_id + 1, [batch]) - 1  # -1: not decoded
+        label = tf.where(decoded, tf.gather(names, tf.maximum(class_id, 0)), "")
+        error = tf.where(
+            candidates,
+            tf.strings.join(
+                ["could not decode image: corrupt or truncated ", kind, " data"]
+            ),
+            tf.where(
+                tf.strings.length(image_bytes) == 0,
+                "could not decode image: the input is empty",
+                "could not decode image: not a PNG, JPEG, GIF, BMP or WebP file",
+            ),
+        )
+        return {
+            "label": label,
+            "class_id": class_id,
+            "probabilities": probabilities,
+            "error": tf.where(decoded, "", error),
+        }
+
+    module = tf.Module()
+    module.classify = classify
+    signatures = {"serving_default": classify, "classify": classify}
+    return common.save(module, signatures, path)
+
+
+def _per_channel(name, value, channels, default, positive=False):
+    """`value` (None, a number or `channels` numbers) as float32 `(channels,)`."""
+    if value is None:
+        return np.full([channels], default, np.float32)
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        array = None
+    kind = "positive number" if positive else "number"
+    if (
+        array is None
+        or isinstance(value, str)
+        or array.shape not in ((), (channels,))
+        or any(isinstance(v, bool) for v in np.ravel(np.asarray(value, object)))
+        or not np.all(np.isfinite(array))
+        or (positive and np.any(array <= 0))
+    ):
+        raise ValueError(
+            f"`{name}` must be a {kind} or a sequence of {channels} {kind}s, one "
+            f"per channel of the model. Received: {name}={value!r}"
+        )
+    return np.broadcast_to(array, [channels]).astype(np.float32)
