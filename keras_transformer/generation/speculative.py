@@ -172,7 +172,7 @@ def speculative_decode_function(
             last = tf.where(kept > m, next_proposal, own)
 
             offsets = tf.range(k + 1)
-            window = tf.concat([proposed, tf.zeros([batch, 1], tf.int32)], 1)
+            window = tf.concat([proposed, tf.zeros_like(proposed[:, :1])], 1)
             window = tf.where(offsets[None] == m, last[:, None], window)
             columns = index + offsets
             new = offsets[None] <= m  # (1, K + 1)
@@ -185,10 +185,12 @@ def speculative_decode_function(
             current = tf.gather(tokens, columns, axis=1)
             tokens = _write_columns(tokens, index, tf.where(write, window, current))
             done = done | tf.reduce_any(is_end & write, axis=1)
-            stats = stats + tf.stack([1, m])
+            done.set_shape(tokens.shape[:1])  # the loop keeps a static batch
+            # Proposals past `stop` are not kept: they were never written.
+            stats = stats + tf.stack([1, tf.minimum(m, stop - 1 - index)])
             return tokens, target, draft, index + m + 1, done, stats
 
-        done = tf.zeros([batch], tf.bool)
+        done = tf.zeros_like(prompt_lengths, tf.bool)  # (B,), static when B is
         stats = tf.zeros([2], tf.int32)
         tokens, target, _, index, done, stats = tf.while_loop(
             cond, body, (tokens, target, draft, start, done, stats)

@@ -164,7 +164,10 @@ def test_bad_gpt2_checkpoints(tmp_path):
         ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
         ({"architectures": ["GPT2ForSequenceClassification"]}, "GPT2LMHeadModel"),
         ({"n_embd": 32}, "'transformer.wte.weight' has shape"),
-        ({"model_type": "llama"}, r"supported: \['bart', 'bert', 'gpt2', 'marian'\]"),
+        (
+            {"model_type": "llama"},
+            r"supported: \['bart', 'bert', 'gpt2', 'marian', 'vit'\]",
+        ),
     ]:
         with open(folder / "config.json", "w") as f:
             json.dump({**original, **change}, f)

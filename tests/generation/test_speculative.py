@@ -1,0 +1,284 @@
+"""Speculative and prompt-lookup decoding: exactly plain greedy decoding, the
+target's distribution when sampling, and bad input refused."""
+
+import keras
+import numpy as np
+import pytest
+from scipy import stats
+
+import keras_transformer as kt
+from keras_transformer.generation.decode import compiled_speculative_fn
+from tests.helpers import spread_weights
+
+VOCABULARY = 40
+
+
+def tiny_gpt(num_layers=2, hidden_dim=16, seed=0, vocabulary=VOCABULARY, scale=0.3):
+    keras.utils.set_random_seed(seed)
+    model = kt.models.gpt2(
+        vocabulary,
+        num_layers=num_layers,
+        num_heads=2,
+        hidden_dim=hidden_dim,
+        intermediate_dim=2 * hidden_dim,
+        max_sequence_length=48,
+        dropout=0.0,
+    )
+    return spread_weights(model, scale=scale, seed=seed)
+
+
+def perturbed(model, noise, seed):
+    """A draft close to `model`: the same weights plus Gaussian noise, so it
+    agrees with the target on some tokens and not on others."""
+    draft = type(model).from_config(model.get_config())
+    rng = np.random.default_rng(seed)
+    draft.set_weights(
+        [
+            w + noise * rng.normal(size=w.shape).astype("float32")
+            for w in model.get_weights()
+        ]
+    )
+    return draft
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_gpt(seed=1, scale=1.0)
+
+
+@pytest.fixture(scope="module")
+def close_draft(target):
+    return perturbed(target, noise=0.3, seed=1)
+
+
+# Prompts of lengths 5, 3 and 1 (0-padded): rows pass through each other's
+# prompts while decoding.
+PROMPTS = np.array([[5, 6, 7, 5, 6], [8, 9, 10, 0, 0], [13, 0, 0, 0, 0]])
+
+
+def test_greedy_with_a_draft_is_plain_greedy_token_for_token(target, close_draft):
+    plain = kt.generation.generate(target, PROMPTS, max_new_tokens=20)
+    for draft, k in [(close_draft, 3), (tiny_gpt(1, 8, seed=2), 2), (target, 4)]:
+        fast = kt.generation.generate(
+            target, PROMPTS, 20, draft_model=draft, num_speculative_tokens=k
+        )
+        np.testing.assert_array_equal(fast, plain)
+    assert len(np.unique(plain[0, 5:])) > 3  # not a constant continuation
+
+
+def test_prompt_lookup_greedy_is_plain_greedy_token_for_token(target):
+    plain = kt.generation.generate(target, PROMPTS, max_new_tokens=20)
+    for k, n in [(4, 3), (1, 1)]:
+        fast = kt.generation.generate(
+            target,
+            PROMPTS,
+            20,
+            prompt_lookup_num_tokens=k,
+            prompt_lookup_max_ngram_size=n,
+        )
+        np.testing.assert_array_equal(fast, plain)
+
+
+def test_end_tokens_and_the_end_of_the_buffer(target, close_draft):
+    plain = kt.generation.generate(target, PROMPTS, max_new_tokens=20)
+    end = int(plain[1, 7])  # row 1 stops at its fifth new token, or earlier
+    expected = kt.generation.generate(target, PROMPTS, 20, end_token_id=end)
+    assert (expected == 0).sum() > (plain == 0).sum()  # some row did stop
+    for options in [
+        {"draft_model": close_draft, "num_speculative_tokens": 3},
+        {"prompt_lookup_num_tokens": 3},
+    ]:
+        fast = kt.generation.generate(target, PROMPTS, 20, end_token_id=end, **options)
+        np.testing.assert_array_equal(fast, expected)
+    # Up to max_sequence_length: the last positions are decoded one at a time.
+    longest = 48 - PROMPTS.shape[1]
+    plain = kt.generation.generate(target, PROMPTS, longest)
+    fast = kt.generation.generate(
+        target, PROMPTS, longest, draft_model=close_draft, num_speculative_tokens=4
+    )
+    np.testing.assert_array_equal(fast, plain)
+
+
+def test_sampler_options_are_applied_at_every_proposed_position(target, close_draft):
+    options = dict(min_new_tokens=6, no_repeat_ngram_size=2, suppressed_token_ids=[3])
+    end = 11
+    plain = kt.generation.generate(target, PROMPTS, 16, end_token_id=end, **options)
+    fast = kt.generation.generate(
+        target,
+        PROMPTS,
+        16,
+        end_token_id=end,
+        draft_model=close_draft,
+        num_speculative_tokens=3,
+        **options,
+    )
+    np.testing.assert_array_equal(fast, plain)
+    assert not (plain[:, 5:] == 3).any()
+
+
+def test_steps_and_kept_proposals(target, close_draft):
+    """A draft identical to the target has every proposal kept: 20 tokens take
+    ceil(20 / 5) steps of K = 4; a close draft keeps some; lookup without
+    repeats keeps none."""
+    prompt = PROMPTS[1:2, :3]
+    tokens = np.zeros((1, 32), "int32")
+    tokens[:, :3] = prompt
+
+    def run(**settings):
+        decode = compiled_speculative_fn(
+            target, kt.generation.GreedySampler(), **settings
+        )
+        out, counts = decode(tokens, np.zeros((1, 1), "int32"), 3, 23, -1, [0, 0])
+        np.testing.assert_array_equal(
+            out.numpy()[:, :23], kt.generation.generate(target, prompt, 20)
+        )
+        return counts.numpy().tolist()
+
+    assert run(num_tokens=4, draft_model=target) == [4, 16]
+    steps, kept = run(num_tokens=4, draft_model=close_draft)
+    assert 0 < kept < 4 * steps
+    assert steps + kept <= 20
+
+
+# ---- sampling: the target's distribution -----------------------------------
+
+
+def two_token_distribution(model, prompt, temperature):
+    """The model's exact joint distribution of the next two tokens `(V, V)`."""
+    vocabulary = model.vocabulary_size
+
+    def probs(logits):
+        logits = np.asarray(logits, "float64") / temperature
+        logits[..., 0] = -np.inf  # padding is never generated
+        e = np.exp(logits - logits.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    first = probs(model(prompt[None])[0, -1])  # (V,)
+    extended = np.concatenate(
+        [np.repeat(prompt[None], vocabulary, 0), np.arange(vocabulary)[:, None]], 1
+    )
+    second = probs(np.asarray(model(extended))[:, -1])  # (V, V): row = first token
+    return first[:, None] * second
+
+
+def chi_square_p_value(samples, joint):
+    vocabulary = joint.shape[0]
+    counts = np.bincount(
+        samples[:, 0] * vocabulary + samples[:, 1], minlength=joint.size
+    )
+    expected = joint.reshape(-1) * len(samples)
+    big = expected >= 5  # cells too rare for the test are pooled
+    observed = np.append(counts[big], counts[~big].sum())
+    expected = np.append(expected[big], expected[~big].sum())
+    return stats.chisquare(observed, expected).pvalue
+
+
+@pytest.fixture(scope="module")
+def small_vocabulary():
+    """A 6-token target and a draft that disagrees with it often."""
+    target = tiny_gpt(seed=3, vocabulary=6, scale=0.6)
+    return target, tiny_gpt(1, 8, seed=4, vocabulary=6, scale=0.6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"draft_model": "draft", "num_speculative_tokens": 2},
+        {"prompt_lookup_num_tokens": 2, "prompt_lookup_max_ngram_size": 1},
+    ],
+    ids=["draft", "prompt_lookup"],
+)
+def test_sampling_follows_the_target_distribution(small_vocabulary, settings):
+    target, draft = small_vocabulary
+    settings = {k: draft if v == "draft" else v for k, v in settings.items()}
+    prompt = np.array([1, 2, 3, 1, 2, 3, 1], "int32")  # lookup proposes 2, 3
+    joint = two_token_distribution(target, prompt, temperature=0.8)
+    rows = np.repeat(prompt[None], 16, 0)
+    samples = np.concatenate(
+        [
+            kt.generation.generate(
+                target, rows, 2, "temperature", temperature=0.8, seed=s, **settings
+            )[:, -2:]
+            for s in range(150)
+        ]
+    )
+    assert chi_square_p_value(samples, joint) > 1e-3
+    # The test has power: the draft's own samples are told apart.
+    if "draft_model" in settings:
+        wrong = kt.generation.generate(
+            draft,
+            np.repeat(prompt[None], len(samples), 0),
+            2,
+            "temperature",
+            temperature=0.8,
+            seed=0,
+        )[:, -2:]
+        assert chi_square_p_value(wrong, joint) < 1e-6
+
+
+def test_distributions_are_what_next_token_draws_from():
+    logits = np.array([[2.0, 1.0, 0.5, -1.0, 0.0]], "float32")
+    top_k = kt.generation.TopKSampler(top_k=2).distribution(logits).numpy()
+    e = np.exp([2.0, 1.0])
+    np.testing.assert_allclose(top_k, [[e[0] / e.sum(), e[1] / e.sum(), 0, 0, 0]], 1e-6)
+    top_p = kt.generation.TopPSampler(top_p=0.7).distribution(logits).numpy()
+    soft = np.exp(logits[0]) / np.exp(logits[0]).sum()
+    assert soft[0] < 0.7 <= soft[0] + soft[1]  # the nucleus is tokens 0 and 1
+    np.testing.assert_allclose(top_p, top_k, 1e-6)
+    greedy = kt.generation.GreedySampler().distribution(logits).numpy()
+    np.testing.assert_array_equal(greedy, [[1, 0, 0, 0, 0]])
+    temperature = kt.generation.TemperatureSampler().distribution(logits).numpy()
+    np.testing.assert_allclose(temperature, [soft], 1e-6)
+
+
+# ---- bad input --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (
+            {"num_speculative_tokens": 0, "draft_model": "draft"},
+            "num_speculative_tokens=0",
+        ),
+        ({"num_speculative_tokens": 3}, "needs a `draft_model`"),
+        ({"prompt_lookup_num_tokens": 0}, "prompt_lookup_num_tokens=0"),
+        (
+            {"prompt_lookup_num_tokens": 2, "prompt_lookup_max_ngram_size": 0},
+            "max_ngram_size=0",
+        ),
+        (
+            {"draft_model": "other", "num_speculative_tokens": 2},
+            "vocabulary_size is 30",
+        ),
+        ({"draft_model": "seq2seq"}, "draft_model="),
+        ({"draft_model": "draft", "sampler": "beam"}, "not beam search"),
+        ({"prompt_lookup_num_tokens": 2, "sampler": "beam"}, "not beam search"),
+        ({"draft_model": "draft", "use_cache": False}, "use_cache=False"),
+        ({"draft_model": "draft", "prompt_lookup_num_tokens": 2}, "not both"),
+    ],
+)
+def test_bad_speculative_settings_raise(target, options, message):
+    models = {
+        "draft": target,
+        "other": tiny_gpt(1, 8, vocabulary=30),
+        "seq2seq": kt.models.seq2seq(
+            VOCABULARY, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16
+        ),
+    }
+    options = {
+        k: models.get(v, v) if isinstance(v, str) else v for k, v in options.items()
+    }
+    options = {k: v for k, v in options.items() if not (k == "sampler" and v is None)}
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        kt.generation.generate(target, PROMPTS, 4, **options)
+
+
+def test_a_seq2seq_model_is_refused(target):
+    translator = kt.models.seq2seq(
+        VOCABULARY, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16
+    )
+    inputs = {"encoder_token_ids": PROMPTS, "decoder_token_ids": PROMPTS[:, :1]}
+    with pytest.raises(ValueError, match="decoder-only"):
+        kt.generation.generate(translator, inputs, 4, prompt_lookup_num_tokens=2)
