@@ -13,6 +13,7 @@ from keras_transformer.generation.samplers import (
     Sampler,
     TemperatureSampler,
 )
+from keras_transformer.generation.speculative import speculative_decode_function
 from keras_transformer.models import CausalLM
 
 
@@ -24,6 +25,9 @@ def export_text_generator(
     end_token="[END]",
     jit_compile=True,
     overwrite=False,
+    *,
+    prompt_lookup_num_tokens=None,
+    prompt_lookup_max_ngram_size=3,
 ):
     """Exports a `gpt2` model and its tokenizer as a string-to-string SavedModel.
 
@@ -51,7 +55,13 @@ def export_text_generator(
 
     Decoding is the KV-cache loop of `kt.generation.generate` (compiled with
     XLA unless `jit_compile=False`), with a fixed buffer of `L` positions so
-    the graph has static shapes. Loading the SavedModel needs TensorFlow and
+    the graph has static shapes. With `prompt_lookup_num_tokens=k` it is
+    prompt-lookup decoding instead (see `kt.generation.generate`): each step
+    proposes the k tokens that followed the latest earlier occurrence of the
+    last n tokens and the model checks them in one pass. Greedy requests get
+    exactly the same tokens, sampled ones the same distribution; it is
+    faster when outputs repeat their prompts (summaries, edits, code).
+    Loading the SavedModel needs TensorFlow and
     `import tensorflow_text` (which registers the tokenizer ops), not
     keras_transformer.
 
@@ -68,6 +78,10 @@ def export_text_generator(
         jit_compile: compile the decode loop with XLA. False gives a plain
             TensorFlow loop (slower) for servers without XLA's JIT.
         overwrite: replace an existing non-empty `path`.
+        prompt_lookup_num_tokens: tokens proposed per step by prompt lookup;
+            None decodes one token per step.
+        prompt_lookup_max_ngram_size: the longest n-gram prompt lookup
+            matches (it tries n from this down to 1).
 
     Returns:
         The absolute path written.
@@ -103,6 +117,12 @@ def export_text_generator(
             f"at least one token). Received: max_new_tokens={max_new_tokens!r}"
         )
     validation.check_bool("jit_compile", jit_compile)
+    validation.check_positive_int(
+        "prompt_lookup_num_tokens", prompt_lookup_num_tokens, allow_none=True
+    )
+    validation.check_positive_int(
+        "prompt_lookup_max_ngram_size", prompt_lookup_max_ngram_size
+    )
     common.check_tokenizer(tokenizer, "tokenizer", model.vocabulary_size)
     end_id = common.token_id(tokenizer, "end_token", end_token, allow_none=True)
     tokenizer = common.without_sequence_length(tokenizer)
@@ -115,8 +135,17 @@ def export_text_generator(
         batch = tf.shape(tokens)[0]
         source = tf.zeros([batch, 1], tf.int32)  # unused by a decoder-only model
         end_token_id = tf.constant(-1 if end_id is None else end_id, tf.int32)
-        body = decode_function(model, _RequestSampler(temperature))
-        return body(tokens, source, start, stop, end_token_id, seed)
+        sampler = _RequestSampler(temperature)
+        if prompt_lookup_num_tokens is None:
+            body = decode_function(model, sampler)
+            return body(tokens, source, start, stop, end_token_id, seed)
+        body = speculative_decode_function(
+            model,
+            sampler,
+            prompt_lookup_num_tokens,
+            max_ngram_size=prompt_lookup_max_ngram_size,
+        )
+        return body(tokens, source, start, stop, end_token_id, seed)[0]
 
     decode = tf.function(decode, jit_compile=jit_compile)
 
@@ -189,4 +218,17 @@ class _RequestSampler(Sampler):
 
         return tf.cond(
             temperature > 0, sample, lambda: self._greedy.next_token(logits, seed)
+        )
+
+    def distribution(self, logits):
+        """What `next_token` draws from, for speculative decoding."""
+        temperature = self.request_temperature
+        # Guarded so a temperature <= 0 never divides (the branch is unused).
+        safe = tf.where(temperature > 0, temperature, 1.0)
+        is_padding = tf.range(tf.shape(logits)[-1]) == 0
+        scaled = tf.where(is_padding[None], tf.float32.min, logits / safe)
+        return tf.where(
+            temperature > 0,
+            self._sampler.distribution(scaled),
+            self._greedy.distribution(logits),
         )

@@ -219,6 +219,30 @@ def test_without_xla_and_without_end_token(served, tmp_path):
         assert not np.any(served_row[stop:])
 
 
+def test_prompt_lookup_export_generates_the_same_tokens(served, tmp_path):
+    """Greedy requests get plain greedy's tokens; a sampled one still runs."""
+    model, tokenizer, _, results = served
+    path = kt.export.export_text_generator(
+        model,
+        tokenizer,
+        tmp_path / "lookup",
+        max_new_tokens=CAP,
+        prompt_lookup_num_tokens=3,
+    )
+    quoting = [CORPUS[:20] + " " + CORPUS[:9]]  # its continuation is quoted
+    requests = [greedy(8), greedy(CAP, prompts=quoting), greedy(8, temperature=1.0)]
+    _, (batch_64, quote, hot) = run_export_test(path, requests, tmp_path)
+    np.testing.assert_array_equal(
+        batch_64["token_ids"], results["batch_64"]["token_ids"]
+    )
+    assert batch_64["text"].tolist() == results["batch_64"]["text"].tolist()
+    ids, texts, _ = expected(model, tokenizer, quoting, CAP)
+    np.testing.assert_array_equal(quote["token_ids"], ids)
+    assert quote["text"].tolist() == texts
+    assert hot["token_ids"].shape == (64, LIMIT)
+    assert (hot["token_ids"] != batch_64["token_ids"]).any()
+
+
 def test_bad_arguments(served, tmp_path):
     model, tokenizer, _, _ = served
     export = kt.export.export_text_generator
@@ -244,4 +268,14 @@ def test_bad_arguments(served, tmp_path):
         export(model, tokenizer, tmp_path / "a", jit_compile=1)
     with pytest.raises(ValueError, match="`tokenizer` must be"):
         export(model, "chars", tmp_path / "a")
+    with pytest.raises(ValueError, match="prompt_lookup_num_tokens=0"):
+        export(model, tokenizer, tmp_path / "a", prompt_lookup_num_tokens=0)
+    with pytest.raises(ValueError, match="prompt_lookup_max_ngram_size=-1"):
+        export(
+            model,
+            tokenizer,
+            tmp_path / "a",
+            prompt_lookup_num_tokens=2,
+            prompt_lookup_max_ngram_size=-1,
+        )
     assert not (tmp_path / "a").exists()
