@@ -2,6 +2,7 @@
 
 from keras_transformer.generation.decode import (
     compiled_decode_fn,
+    compiled_speculative_fn,
     decode_function,
     generate,
 )
@@ -14,6 +15,7 @@ from keras_transformer.generation.samplers import (
     TopPSampler,
     get_sampler,
 )
+from keras_transformer.generation.speculative import speculative_decode_function
 
 __all__ = [
     "BeamSampler",
@@ -23,7 +25,9 @@ __all__ = [
     "TopKSampler",
     "TopPSampler",
     "compiled_decode_fn",
+    "compiled_speculative_fn",
     "decode_function",
     "generate",
     "get_sampler",
+    "speculative_decode_function",
 ]
