@@ -103,15 +103,7 @@ def _pairs(model, pooler=True):
     layouts."""
     heads, size = model.num_heads, model.hidden_dim // model.num_heads
     same, norm, dense = SAME, checkpoint.norm_pairs, _dense
-    split = (
-        lambda w: w.T.reshape(-1, heads, size),  # (E, E) -> (E, H, D)
-        lambda w: w.reshape(w.shape[0], -1).T,
-    )
-    split_bias = (lambda b: b.reshape(heads, size), lambda b: b.reshape(-1))
-    merge = (
-        lambda w: w.T.reshape(heads, size, -1),  # (E, E) -> (H, D, E)
-        lambda w: w.reshape(-1, w.shape[-1]).T,
-    )
+    split, split_bias, merge = checkpoint.head_converters(heads, size)
 
     tables = model.embeddings
     segments = model.segment_embedding

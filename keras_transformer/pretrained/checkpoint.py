@@ -99,6 +99,26 @@ def write_folder(path, config, weights, generation=None):
 SAME = (lambda w: w, lambda w: w)
 
 
+def head_converters(heads, size):
+    """`(split, split_bias, merge)`: each a `(to ours, to theirs)` pair that
+    maps an attention tensor between torch's `nn.Linear` layout and ours.
+
+    `split` takes a query/key/value kernel, torch `(H*D, E)` <-> Keras
+    `(E, H, D)`; `split_bias` its bias, `(H*D,)` <-> `(H, D)`; `merge` the
+    output kernel, torch `(E, H*D)` <-> Keras `(H, D, E)`.
+    """
+    split = (
+        lambda w: w.T.reshape(-1, heads, size),
+        lambda w: w.reshape(w.shape[0], -1).T,
+    )
+    split_bias = (lambda b: b.reshape(heads, size), lambda b: b.reshape(-1))
+    merge = (
+        lambda w: w.T.reshape(heads, size, -1),
+        lambda w: w.reshape(heads * size, -1).T,
+    )
+    return split, split_bias, merge
+
+
 def norm_pairs(name, layer):
     """The two tensors of a LayerNorm, `{name}.weight` and `{name}.bias`."""
     return [

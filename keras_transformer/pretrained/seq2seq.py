@@ -228,15 +228,7 @@ LOGITS_BIAS = (  # (1, V) <-> (V + 1,)
 
 
 def _attention_pairs(prefix, attention, heads, size):
-    project = (  # torch (H*D, E) <-> Keras (E, H, D)
-        lambda w: w.T.reshape(-1, heads, size),
-        lambda w: w.reshape(w.shape[0], -1).T,
-    )
-    project_bias = (lambda b: b.reshape(heads, size), lambda b: b.reshape(-1))
-    output = (  # torch (E, H*D) <-> Keras (H, D, E)
-        lambda w: w.T.reshape(heads, size, -1),
-        lambda w: w.reshape(heads * size, -1).T,
-    )
+    project, project_bias, output = checkpoint.head_converters(heads, size)
     pairs = []
     for name, layer in [
         ("q_proj", attention.query_dense),

@@ -110,15 +110,7 @@ def _pairs(model, qkv_bias=True):
     """`(Hugging Face name, our variable, (to ours, to theirs))` for every
     tensor of a `ViT`, as `ViTForImageClassification` names them."""
     heads, size = model.num_heads, model.hidden_dim // model.num_heads
-    split = (
-        lambda w: w.T.reshape(-1, heads, size),  # (E, E) -> (E, H, D)
-        lambda w: w.reshape(w.shape[0], -1).T,
-    )
-    split_bias = (lambda b: b.reshape(heads, size), lambda b: b.reshape(-1))
-    merge = (
-        lambda w: w.T.reshape(heads, size, -1),  # (E, E) -> (H, D, E)
-        lambda w: w.reshape(-1, w.shape[-1]).T,
-    )
+    split, split_bias, merge = checkpoint.head_converters(heads, size)
     norm = checkpoint.norm_pairs
     embedding = model.patch_embedding
     pairs = [
