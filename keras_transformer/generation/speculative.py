@@ -37,7 +37,11 @@ vocabulary.
 
 import tensorflow as tf
 
-from keras_transformer.generation.samplers import _never_padding, _prompt_lengths
+from keras_transformer.generation.samplers import (
+    GreedySampler,
+    _never_padding,
+    _prompt_lengths,
+)
 
 
 def speculative_decode_function(
@@ -62,6 +66,7 @@ def speculative_decode_function(
         step for the whole batch.
     """
     k = num_tokens
+    greedy = isinstance(sampler, GreedySampler)
     vocabulary = model.vocabulary_size
     limits = [model.max_sequence_length]
     if draft_model is not None:
@@ -75,6 +80,11 @@ def speculative_decode_function(
         prompt_lengths = _prompt_lengths(prompt_mask)
         target = model.start_decoding(tokens, source, True)
         draft = () if draft_model is None else _start_draft(draft_model, tokens)
+
+        def sample(probs, seed):
+            if greedy:  # one-hot: its argmax, without drawing
+                return tf.argmax(probs, axis=-1, output_type=tf.int32)
+            return _sample(probs, seed)
 
         def distribution(logits, written, index):
             """The sampler's probabilities for position `index`, given the
@@ -104,7 +114,7 @@ def speculative_decode_function(
             proposed, probs = [], []
             for j in range(k):
                 q = distribution(logits, tokens, index + j)
-                token = _sample(q, seeds(j))
+                token = sample(q, seeds(j))
                 tokens = _write_column(tokens, index + j, token)
                 proposed.append(token)
                 probs.append(q)
@@ -167,7 +177,7 @@ def speculative_decode_function(
             residual = tf.where(m < k, tf.maximum(p_m - q_m, 0.0), p_m)
             total = tf.reduce_sum(residual, -1, keepdims=True)
             residual = tf.where(total > 0, residual, p_m)  # rounding only
-            own = _sample(residual, seeds(k + 1))
+            own = sample(residual, seeds(k + 1))
             next_proposal = tf.gather(proposed, tf.minimum(m, k - 1), axis=1)
             last = tf.where(kept > m, next_proposal, own)
 
