@@ -72,7 +72,7 @@ def parse_args():
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--new", type=int, default=200, help="new tokens")
     parser.add_argument("--k", type=int, default=4, help="speculative tokens")
-    parser.add_argument("--lookup-k", type=int, default=8, help="lookup tokens")
+    parser.add_argument("--lookup-k", type=int, default=4, help="lookup tokens")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--smoke", action="store_true", help="a tiny, fast run")
     args = parser.parse_args()
@@ -154,6 +154,29 @@ def acceptance(target, prompt, new, **settings):
     _, counts = decode(tokens, np.zeros((1, 1), "int32"), start, stop, -1, [0, 0])
     steps, kept = counts.numpy().tolist()
     return steps, kept, kept / max(steps * k, 1)
+
+
+def pass_costs(model, sizes, steps=50):
+    """Milliseconds of one cached forward pass over `T` positions, for each
+    `T` of `sizes`: the model's own price of scoring K + 1 tokens at once."""
+    tokens = tf.constant(np.ones((1, CONTEXT)), tf.int32)
+    caches = model.start_decoding(tokens, None, True)
+    costs = {}
+    for size in sizes:
+
+        @tf.function(jit_compile=True)
+        def passes(caches, size=size):
+            def body(i, total, caches):
+                chunk = tf.slice(tokens, [0, 8 + i], [1, size])
+                logits, caches = model.chunk_logits(chunk, caches, 8 + i)
+                return i + 1, total + tf.reduce_sum(logits), caches
+
+            return tf.while_loop(lambda i, *_: i < steps, body, (0, 0.0, caches))[1]
+
+        passes(caches).numpy()  # compiles
+        times = [timed(lambda: passes(caches).numpy())[0] for _ in range(5)]
+        costs[size] = 1000 * statistics.median(times) / steps
+    return costs
 
 
 def keras_hub_contenders(target, draft, prompt, new, k, cache):
@@ -319,6 +342,13 @@ def main():
         print(
             f"| {name} | {first[name]:.1f} | {rate[name]:,.0f} | {ratio:.2f}× | "
             f"{kept} | {same.get(name, '')} |"
+        )
+    sizes = sorted({1, 2, args.k + 1, args.lookup_k + 1})
+    for name, model in [("target", target), ("draft", draft)]:
+        costs = pass_costs(model, sizes)
+        print(
+            f"\n{name}: one cached pass over T positions, ms: "
+            + ", ".join(f"T={t}: {ms:.2f}" for t, ms in costs.items())
         )
     decode = np.vectorize(lambda i: chars[i - 1] if i else "")
     for name in ("speculative", "prompt lookup"):
