@@ -1,8 +1,9 @@
 """The Colab notebooks: stored clean, and run top to bottom in their small mode.
 
 `KERAS_TRANSFORMER_SMALL=1` makes every notebook use tiny sizes and the
-generated corpora of `keras_transformer.cli.datasets` (no network). Each notebook
-ends with assertions on what it learned, so running is not enough to pass.
+generated corpora of `keras_transformer.cli.datasets` or scikit-learn's
+bundled digits (no network). Each notebook ends with assertions on what it
+learned, so running is not enough to pass.
 Executed outputs stay in memory; nothing is written back into the repository.
 """
 
@@ -15,11 +16,11 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "notebooks"
 NOTEBOOKS = sorted(FOLDER.glob("*.ipynb"))
-NAMES = ["01_layers", "02_gpt", "03_bert", "04_translation"]
+NAMES = ["01_layers", "02_gpt", "03_bert", "04_translation", "05_vision"]
 COLAB = "https://colab.research.google.com/github/keras-transformer/keras-transformer/blob/main/notebooks/"
 
 
-def test_the_four_notebooks_exist_and_the_readme_links_each():
+def test_the_notebooks_exist_and_the_readme_links_each():
     assert [path.stem for path in NOTEBOOKS] == NAMES
     readme = (FOLDER / "README.md").read_text()
     for name in NAMES:
