@@ -1,6 +1,19 @@
 """Argument checks that every subpackage shares (layers, models, text,
 training, generation, export): each raises a ValueError that names the
-argument and quotes the value received, before any work is done."""
+argument and quotes the value received, before any work is done.
+
+Also the one JSON reader every package uses (`read_json`), whose errors
+name the file and the line.
+"""
+
+import json
+import numbers
+import os
+
+
+def is_int(value):
+    """An integer (Python or numpy) that is not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def check_positive_int(name, value, allow_none=False):
@@ -66,3 +79,82 @@ def describe(value):
     if isinstance(value, keras.Model):
         return f"a {type(value).__name__} named {value.name!r}"
     return repr(value)
+
+
+def check_max_new_tokens(value, name="max_new_tokens"):
+    """A whole number of tokens to generate, >= 0; returns it as an int."""
+    if not is_int(value) or value < 0:
+        raise ValueError(
+            f"`{name}` must be an integer >= 0. Received: {name}={value!r}"
+        )
+    return int(value)
+
+
+def check_token_id(name, value, vocabulary_size=None):
+    """A token id > 0 (0 is padding), below `vocabulary_size` when given;
+    returns it as an int."""
+    if (
+        not is_int(value)
+        or value <= 0
+        or (vocabulary_size is not None and value >= vocabulary_size)
+    ):
+        bound = "" if vocabulary_size is None else f" and < {vocabulary_size}"
+        raise ValueError(
+            f"`{name}` must be a token id > 0{bound} (0 is padding). "
+            f"Received: {name}={value!r}"
+        )
+    return int(value)
+
+
+def check_token_ids(name, value, vocabulary_size=None):
+    """A non-empty iterable of token ids as `check_token_id` takes them (or
+    one id); returns them sorted and without repeats, as a tuple."""
+    if is_int(value):
+        value = (value,)
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        raise ValueError(
+            f"`{name}` must be a token id or a list of token ids > 0. "
+            f"Received: {name}={value!r}"
+        )
+    ids = list(value)
+    if not ids:
+        raise ValueError(f"`{name}` must not be empty. Received: {name}={value!r}")
+    for token_id in ids:
+        if (
+            not is_int(token_id)
+            or token_id <= 0
+            or (vocabulary_size is not None and token_id >= vocabulary_size)
+        ):
+            bound = "" if vocabulary_size is None else f" and < {vocabulary_size}"
+            raise ValueError(
+                f"`{name}` must hold token ids > 0{bound} (0 is padding). "
+                f"Received: {name}={value!r}"
+            )
+    return tuple(sorted({int(i) for i in ids}))
+
+
+def read_json(path, missing_ok=False):
+    """The JSON document at `path`.
+
+    A file that is not valid UTF-8 JSON raises a ValueError naming the file,
+    the line and the column. A missing file returns None when `missing_ok`,
+    and otherwise raises FileNotFoundError naming it.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        if missing_ok:
+            return None
+        raise FileNotFoundError(f"No such file: {path!r}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{path!r} is not valid JSON: {error.msg} at line {error.lineno}, "
+            f"column {error.colno}"
+        ) from None
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path!r} is not valid JSON: not UTF-8 text ({error.reason} at "
+            f"byte {error.start})"
+        ) from None

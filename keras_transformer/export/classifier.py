@@ -5,9 +5,9 @@ Shape legend: B batch, T sequence length, C classes.
 
 import tensorflow as tf
 
-from keras_transformer.export import common
+from keras_transformer.export import savedmodel
 from keras_transformer.models import BERTClassifier
-from keras_transformer.text import common as text_common
+from keras_transformer.text import checks as text_checks
 
 
 def export_classifier(
@@ -56,9 +56,9 @@ def export_classifier(
     labels, probabilities = out["label"], out["probabilities"]
     ```
     """
-    common.check_model(model, BERTClassifier, "export_classifier")
+    savedmodel.check_model(model, BERTClassifier, "export_classifier")
     backbone = model.backbone
-    path = common.check_path(path, overwrite)
+    path = savedmodel.check_path(path, overwrite)
     num_classes = model.num_classes
     if class_names is not None and (
         isinstance(class_names, str)
@@ -70,17 +70,17 @@ def export_classifier(
             f"`class_names` must be a list of {num_classes} strings, one per "
             f"class of the model. Received: class_names={class_names!r}"
         )
-    sequence_length = common.check_sequence_length(
+    sequence_length = savedmodel.check_sequence_length(
         sequence_length, backbone.max_sequence_length, minimum=3
     )
-    common.check_tokenizer(tokenizer, "tokenizer", backbone.vocabulary_size)
-    cls_id = text_common.special_token_id(tokenizer, text_common.CLS, "classification")
-    sep_id = text_common.special_token_id(tokenizer, text_common.SEP, "classification")
-    tokenizer = common.without_sequence_length(tokenizer)
+    savedmodel.check_tokenizer(tokenizer, "tokenizer", backbone.vocabulary_size)
+    cls_id = text_checks.special_token_id(tokenizer, text_checks.CLS, "classification")
+    sep_id = text_checks.special_token_id(tokenizer, text_checks.SEP, "classification")
+    tokenizer = savedmodel.without_sequence_length(tokenizer)
     names = None if class_names is None else tf.constant(list(class_names))
 
     def outputs(texts):
-        inputs = common.pack_bert_inputs(
+        inputs = savedmodel.pack_bert_inputs(
             tokenizer, texts, sequence_length, cls_id, sep_id
         )
         logits = model(inputs, training=False)  # (B, C)
@@ -90,12 +90,15 @@ def export_classifier(
             label = tf.gather(names, label)
         return {"label": label, "probabilities": probabilities}
 
-    @tf.function(input_signature=[common.string_spec("text")])
+    @tf.function(input_signature=[savedmodel.string_spec("text")])
     def classify(text):
         return outputs([text])
 
     @tf.function(
-        input_signature=[common.string_spec("text"), common.string_spec("text_pair")]
+        input_signature=[
+            savedmodel.string_spec("text"),
+            savedmodel.string_spec("text_pair"),
+        ]
     )
     def classify_pair(text, text_pair):
         return outputs([text, text_pair])
@@ -109,4 +112,4 @@ def export_classifier(
         "classify": classify,
         "classify_pair": classify_pair,
     }
-    return common.save(module, signatures, path)
+    return savedmodel.save(module, signatures, path)

@@ -5,9 +5,9 @@ Shape legend: B batch, T sequence length, E hidden size.
 
 import tensorflow as tf
 
-from keras_transformer.export import common
+from keras_transformer.export import savedmodel
 from keras_transformer.models import BERT, BERTFeatureExtractor
-from keras_transformer.text import common as text_common
+from keras_transformer.text import checks as text_checks
 
 FEATURE_OUTPUTS = ("pooled_output", "mean_pooled_output")
 
@@ -53,28 +53,28 @@ def export_encoder(model, tokenizer, path, sequence_length=None, overwrite=False
     embeddings = out["mean_pooled_output"]  # float32 (batch, hidden)
     ```
     """
-    common.check_model(model, (BERT, BERTFeatureExtractor), "export_encoder")
+    savedmodel.check_model(model, (BERT, BERTFeatureExtractor), "export_encoder")
     if isinstance(model, BERTFeatureExtractor):
         backbone = model.backbone
     else:
         backbone = model
-    path = common.check_path(path, overwrite)
-    sequence_length = common.check_sequence_length(
+    path = savedmodel.check_path(path, overwrite)
+    sequence_length = savedmodel.check_sequence_length(
         sequence_length, backbone.max_sequence_length, minimum=2
     )
-    common.check_tokenizer(tokenizer, "tokenizer", backbone.vocabulary_size)
-    cls_id = text_common.special_token_id(tokenizer, text_common.CLS, "encoding")
-    sep_id = text_common.special_token_id(tokenizer, text_common.SEP, "encoding")
-    tokenizer = common.without_sequence_length(tokenizer)
+    savedmodel.check_tokenizer(tokenizer, "tokenizer", backbone.vocabulary_size)
+    cls_id = text_checks.special_token_id(tokenizer, text_checks.CLS, "encoding")
+    sep_id = text_checks.special_token_id(tokenizer, text_checks.SEP, "encoding")
+    tokenizer = savedmodel.without_sequence_length(tokenizer)
     extractor = (
         model
         if isinstance(model, BERTFeatureExtractor)
         else BERTFeatureExtractor(model)
     )
 
-    @tf.function(input_signature=[common.string_spec("text")])
+    @tf.function(input_signature=[savedmodel.string_spec("text")])
     def encode(text):
-        inputs = common.pack_bert_inputs(
+        inputs = savedmodel.pack_bert_inputs(
             tokenizer, [text], sequence_length, cls_id, sep_id
         )
         outputs = extractor(inputs, training=False)
@@ -83,4 +83,4 @@ def export_encoder(model, tokenizer, path, sequence_length=None, overwrite=False
     module = tf.Module()
     module.tokenizer = tokenizer
     module.encode = encode
-    return common.save(module, {"serving_default": encode, "encode": encode}, path)
+    return savedmodel.save(module, {"serving_default": encode, "encode": encode}, path)

@@ -6,7 +6,7 @@ Shape legend: B batch, L the model's max_sequence_length (the fixed buffer).
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.export import common
+from keras_transformer.export import savedmodel
 from keras_transformer.generation import decode_function
 from keras_transformer.generation.samplers import (
     GreedySampler,
@@ -101,9 +101,9 @@ def export_text_generator(
     text = out["text"].numpy()[0].decode()  # the prompt and its continuation
     ```
     """
-    common.check_model(model, CausalLM, "export_text_generator")
+    savedmodel.check_model(model, CausalLM, "export_text_generator")
     limit = model.max_sequence_length  # L
-    path = common.check_path(path, overwrite)
+    path = savedmodel.check_path(path, overwrite)
     if max_new_tokens is None:
         max_new_tokens = limit - 1
     if (
@@ -123,9 +123,9 @@ def export_text_generator(
     validation.check_positive_int(
         "prompt_lookup_max_ngram_size", prompt_lookup_max_ngram_size
     )
-    common.check_tokenizer(tokenizer, "tokenizer", model.vocabulary_size)
-    end_id = common.token_id(tokenizer, "end_token", end_token, allow_none=True)
-    tokenizer = common.without_sequence_length(tokenizer)
+    savedmodel.check_tokenizer(tokenizer, "tokenizer", model.vocabulary_size)
+    end_id = savedmodel.token_id(tokenizer, "end_token", end_token, allow_none=True)
+    tokenizer = savedmodel.without_sequence_length(tokenizer)
     # An empty prompt's first token: the end token, or any id if there is none
     # (those rows are blanked afterwards).
     first_id = 1 if end_id is None else end_id
@@ -151,7 +151,7 @@ def export_text_generator(
 
     @tf.function(
         input_signature=[
-            common.string_spec("prompts"),
+            savedmodel.string_spec("prompts"),
             tf.TensorSpec([], tf.int32, name="max_new_tokens"),
             tf.TensorSpec([], tf.float32, name="temperature"),
         ]
@@ -191,7 +191,7 @@ def export_text_generator(
     module = tf.Module()
     module.tokenizer = tokenizer
     module.generate = generate
-    return common.save(
+    return savedmodel.save(
         module, {"serving_default": generate, "generate": generate}, path
     )
 

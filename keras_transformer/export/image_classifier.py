@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.export import common
+from keras_transformer.export import savedmodel
 from keras_transformer.models import ViT
 
 # The formats a row may be in, each with the byte strings its file starts
@@ -109,7 +109,7 @@ def export_image_classifier(
     label, error = out["label"].numpy()[0], out["error"].numpy()[0]
     ```
     """
-    common.check_model(model, ViT, "export_image_classifier")
+    savedmodel.check_model(model, ViT, "export_image_classifier")
     channels, size = model.num_channels, model.image_size  # C, S
     if channels not in (1, 3):
         raise ValueError(
@@ -117,7 +117,7 @@ def export_image_classifier(
             "or RGB (num_channels=3) images. Received: model with "
             f"num_channels={channels!r}"
         )
-    path = common.check_path(path, overwrite)
+    path = savedmodel.check_path(path, overwrite)
     num_classes = model.num_classes
     if labels is not None and (
         isinstance(labels, str)
@@ -190,7 +190,7 @@ def export_image_classifier(
         lambda pixels: model(pixels, training=False), jit_compile=jit_compile
     )
 
-    @tf.function(input_signature=[common.string_spec("image_bytes")])
+    @tf.function(input_signature=[savedmodel.string_spec("image_bytes")])
     def classify(image_bytes):
         batch = tf.shape(image_bytes, out_type=tf.int64)[0]
         # The first 16 bytes, padded with 16 zeros: substr raises past the end.
@@ -232,7 +232,7 @@ def export_image_classifier(
     module = tf.Module()
     module.classify = classify
     signatures = {"serving_default": classify, "classify": classify}
-    return common.save(module, signatures, path)
+    return savedmodel.save(module, signatures, path)
 
 
 def _per_channel(name, value, channels, default, positive=False):

@@ -8,7 +8,7 @@ max_sequence_length, fixed).
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.export import common
+from keras_transformer.export import savedmodel
 from keras_transformer.generation import decode_function
 from keras_transformer.generation.samplers import get_sampler
 from keras_transformer.models import Seq2SeqLM
@@ -182,9 +182,9 @@ def export_summarizer(
 
 def _export(model, source_tokenizer, target_tokenizer, path, options, names):
     caller, signature, input_name, output_name = names
-    common.check_model(model, Seq2SeqLM, caller)
+    savedmodel.check_model(model, Seq2SeqLM, caller)
     source_limit = limit = model.max_sequence_length  # S and T
-    path = common.check_path(path, options["overwrite"])
+    path = savedmodel.check_path(path, options["overwrite"])
     settings = dict(getattr(model, "generation_config", None) or {})
     max_new_tokens = options["max_new_tokens"]
     if max_new_tokens is None:
@@ -229,12 +229,12 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
             length_penalty=length_penalty,
             **sampler_options,
         )
-    common.check_tokenizer(
+    savedmodel.check_tokenizer(
         source_tokenizer,
         "source_tokenizer",
         model.encoder_vocabulary_size,
     )
-    common.check_tokenizer(
+    savedmodel.check_tokenizer(
         target_tokenizer,
         "target_tokenizer",
         model.decoder_vocabulary_size,
@@ -255,8 +255,8 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
         "[END]",
         settings.get("end_token_id"),
     )
-    source_tokenizer = common.without_sequence_length(source_tokenizer)
-    target_tokenizer = common.without_sequence_length(target_tokenizer)
+    source_tokenizer = savedmodel.without_sequence_length(source_tokenizer)
+    target_tokenizer = savedmodel.without_sequence_length(target_tokenizer)
     decode = tf.function(
         decode_function(model, sampler), jit_compile=options["jit_compile"]
     )
@@ -281,16 +281,18 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
         tokens = tf.where(empty[:, None], 0, tokens)
         return {output_name: target_tokenizer.detokenize(tokens)}
 
-    function = tf.function(run, input_signature=[common.string_spec(input_name)])
+    function = tf.function(run, input_signature=[savedmodel.string_spec(input_name)])
     module = tf.Module()
     module.source_tokenizer = source_tokenizer
     module.target_tokenizer = target_tokenizer
     setattr(module, signature, function)
-    return common.save(module, {"serving_default": function, signature: function}, path)
+    return savedmodel.save(
+        module, {"serving_default": function, signature: function}, path
+    )
 
 
 def _special_id(model, tokenizer, name, token, default, model_id):
     """The id of `token`, else the model's own id, else `default`'s."""
     if token is None and model_id is not None:
         return int(model_id)
-    return common.token_id(tokenizer, name, default if token is None else token)
+    return savedmodel.token_id(tokenizer, name, default if token is None else token)

@@ -22,7 +22,7 @@ import tensorflow as tf
 from keras_transformer import _validation as validation
 from keras_transformer.generation.samplers import BeamSampler, Sampler, get_sampler
 from keras_transformer.generation.speculative import speculative_decode_function
-from keras_transformer.models.generative import CausalLM, Seq2SeqLM
+from keras_transformer.models.decoding import CausalLM, Seq2SeqLM
 
 BUCKET = 32  # buffer and source lengths are rounded up to a multiple of this
 

@@ -2,7 +2,7 @@
 factories and presets.
 
 Each family is one module: `bert.py` (`BERT`; its heads in `bert_heads.py`),
-`gpt.py` (`GPT2`), `seq2seq.py` (`Seq2Seq`), `vit.py` (`ViT`). `generative.py`
+`gpt.py` (`GPT2`), `seq2seq.py` (`Seq2Seq`), `vit.py` (`ViT`). `decoding.py`
 holds the small protocol (`CausalLM`, `Seq2SeqLM`) that generation and export
 decode through.
 """
@@ -16,7 +16,7 @@ from keras_transformer.models.bert_heads import (
     bert_feature_extractor,
     bert_masked_lm,
 )
-from keras_transformer.models.generative import CausalLM, Seq2SeqLM
+from keras_transformer.models.decoding import CausalLM, Seq2SeqLM
 from keras_transformer.models.gpt import GPT2, gpt2
 from keras_transformer.models.presets import PRESETS
 from keras_transformer.models.seq2seq import Seq2Seq, seq2seq

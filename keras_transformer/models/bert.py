@@ -7,7 +7,7 @@ import keras
 
 from keras_transformer import _validation as validation
 from keras_transformer.layers import PositionalEmbedding, TransformerEncoderBlock
-from keras_transformer.models.common import (
+from keras_transformer.models.base import (
     ModelMixin,
     check_sizes,
     normal_initializer,

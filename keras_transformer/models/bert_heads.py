@@ -9,8 +9,8 @@ C classes.
 import keras
 from keras import ops
 
+from keras_transformer.models.base import FitMixin, normal_initializer
 from keras_transformer.models.bert import BERT
-from keras_transformer.models.common import FitMixin, normal_initializer
 
 
 class BERTHead(FitMixin, keras.Model):

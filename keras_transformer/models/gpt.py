@@ -11,13 +11,13 @@ from keras_transformer.layers import (
     TransformerDecoderBlock,
     gelu_approximate,
 )
-from keras_transformer.models.common import (
+from keras_transformer.models.base import (
     ModelMixin,
     check_sizes,
     normal_initializer,
     preset_factory,
 )
-from keras_transformer.models.generative import CausalLM, empty_caches
+from keras_transformer.models.decoding import CausalLM, empty_caches
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": gelu_approximate}
 

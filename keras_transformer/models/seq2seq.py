@@ -13,8 +13,8 @@ from keras_transformer.layers import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
 )
-from keras_transformer.models.common import ModelMixin, check_sizes, preset_factory
-from keras_transformer.models.generative import Seq2SeqLM, empty_caches
+from keras_transformer.models.base import ModelMixin, check_sizes, preset_factory
+from keras_transformer.models.decoding import Seq2SeqLM, empty_caches
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -15,7 +15,7 @@ from keras_transformer.models.seq2seq import Seq2Seq
 from keras_transformer.models.vit import ViT
 from keras_transformer.pretrained import bert, checkpoint, gpt2, seq2seq, vit
 from keras_transformer.text.bpe import BytePairTokenizer
-from keras_transformer.text.pretrained import (
+from keras_transformer.text.hf_tokenizers import (
     END,
     check_savable,
     check_seq2seq_tokenizer,

@@ -15,9 +15,9 @@ Shape legend: E hidden size, H heads, D head size, F intermediate size.
 
 import numpy as np
 
+from keras_transformer.models.base import normal_initializer, placeholder_weights
 from keras_transformer.models.bert import BERT
 from keras_transformer.models.bert_heads import BERTClassifier, BERTMaskedLM
-from keras_transformer.models.common import normal_initializer, placeholder_weights
 from keras_transformer.pretrained import checkpoint
 
 # Hugging Face config values our BERT computes exactly.

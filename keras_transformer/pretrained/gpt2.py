@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 
-from keras_transformer.models.common import placeholder_weights
+from keras_transformer.models.base import placeholder_weights
 from keras_transformer.models.gpt import GPT2
 from keras_transformer.pretrained import checkpoint
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from keras_transformer.models.seq2seq import Seq2Seq
 from keras_transformer.pretrained import checkpoint
-from keras_transformer.pretrained.generation import (
+from keras_transformer.pretrained.generation_config import (
     generation_arguments,
     generation_settings,
 )

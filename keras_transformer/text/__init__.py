@@ -4,7 +4,7 @@ MLM masking, packing, tf.data pipelines and corpus files."""
 from keras_transformer.text.bpe import BytePairTokenizer, bytes_to_unicode
 from keras_transformer.text.bpe_training import build_bpe_vocabulary
 from keras_transformer.text.char import CharTokenizer, build_char_vocabulary
-from keras_transformer.text.common import RESERVED_TOKENS
+from keras_transformer.text.checks import RESERVED_TOKENS
 from keras_transformer.text.files import (
     download_imdb_reviews,
     download_tiny_shakespeare,
@@ -12,6 +12,7 @@ from keras_transformer.text.files import (
     load_text,
     load_text_pairs,
 )
+from keras_transformer.text.hf_tokenizers import tokenizer_from_pretrained
 from keras_transformer.text.masking import MaskedLMMaskGenerator
 from keras_transformer.text.packing import (
     causal_lm_windows,
@@ -24,7 +25,6 @@ from keras_transformer.text.pipelines import (
     masked_lm_dataset,
     translation_dataset,
 )
-from keras_transformer.text.pretrained import tokenizer_from_pretrained
 from keras_transformer.text.sentencepiece import (
     SentencePieceTokenizer,
     train_sentencepiece,

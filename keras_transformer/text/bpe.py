@@ -18,7 +18,7 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_transformer.text import common
+from keras_transformer.text import checks
 from keras_transformer.text._lazy import tf_text
 from keras_transformer.text.tokenizer import Tokenizer
 
@@ -90,7 +90,7 @@ def read_vocabulary(vocabulary):
     if ids != list(range(len(vocabulary))) or not _all_strings(vocabulary):
         raise ValueError(
             "`vocabulary` must map string tokens to the ids 0..N-1, each once. "
-            f"Received: vocabulary={common.preview(vocabulary.items())}"
+            f"Received: vocabulary={checks.preview(vocabulary.items())}"
         )
     return dict(vocabulary)
 
@@ -187,7 +187,7 @@ class BytePairTokenizer(Tokenizer):
         vocabulary = read_vocabulary(vocabulary)
         pairs = read_merges(merges)
         tokens = sorted(vocabulary, key=vocabulary.get)
-        self._set_vocabulary([common.PAD, *tokens])  # our id = their id + 1
+        self._set_vocabulary([checks.PAD, *tokens])  # our id = their id + 1
         self._merges = [" ".join(pair) for pair in pairs]
         to_byte = {c: b for b, c in bytes_to_unicode().items()}
         byte_ids = []
@@ -196,7 +196,7 @@ class BytePairTokenizer(Tokenizer):
                 raise ValueError(
                     f"`vocabulary` must have the 256 byte tokens; byte {byte} "
                     f"({character!r}) is missing. Received: vocabulary="
-                    f"{common.preview(tokens)}"
+                    f"{checks.preview(tokens)}"
                 )
             byte_ids.append(self._token_to_id[character])
         # A token's bytes; a token that is not byte-level text (an added
@@ -298,7 +298,7 @@ class BytePairTokenizer(Tokenizer):
 
     def _detokenize(self, ids):
         pieces = tf.gather(self._token_bytes, ids)
-        return common.replace_invalid_utf8(tf.strings.reduce_join(pieces, axis=-1))
+        return checks.replace_invalid_utf8(tf.strings.reduce_join(pieces, axis=-1))
 
     def _unknown_id(self):
         return None  # byte-level: every text has ids; bad ids are dropped

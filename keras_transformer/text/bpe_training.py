@@ -14,7 +14,7 @@ import logging
 import keras
 import tensorflow as tf
 
-from keras_transformer.text import bpe, common
+from keras_transformer.text import bpe, checks
 from keras_transformer.text.vocabulary import LONG_CORPUS
 
 _BYTES = 256
@@ -121,19 +121,19 @@ def _check_special_tokens(special_tokens):
     if not all(isinstance(t, str) and t for t in special_tokens):
         raise ValueError(
             "`special_tokens` must be non-empty strings. "
-            f"Received: special_tokens={common.preview(special_tokens)}"
+            f"Received: special_tokens={checks.preview(special_tokens)}"
         )
     if len(set(special_tokens)) != len(special_tokens):
         raise ValueError(
             "`special_tokens` must be distinct. "
-            f"Received: special_tokens={common.preview(special_tokens)}"
+            f"Received: special_tokens={checks.preview(special_tokens)}"
         )
     byte_tokens = set(bpe.bytes_to_unicode().values())
     for token in special_tokens:
         if token in byte_tokens:
             raise ValueError(
                 f"`special_tokens` has {token!r}, which is a byte token. "
-                f"Received: special_tokens={common.preview(special_tokens)}"
+                f"Received: special_tokens={checks.preview(special_tokens)}"
             )
     return special_tokens
 
@@ -151,14 +151,14 @@ def count_bpe_words(data, verbose="auto"):
     Returns:
         A `collections.Counter` of words, as UTF-8 `bytes`.
     """
-    total = common.corpus_size(data)
+    total = checks.corpus_size(data)
     show = verbose is True or (
         verbose == "auto" and total is not None and total > LONG_CORPUS
     )
     progress = keras.utils.Progbar(total, unit_name="text") if show else None
     counts = collections.Counter()
     seen = 0
-    for texts in common.text_batches(data):
+    for texts in checks.text_batches(data):
         words, numbers = _distinct_words(tf.constant(texts, tf.string))
         for word, number in zip(words.numpy(), numbers.numpy().tolist(), strict=True):
             counts[word] += number

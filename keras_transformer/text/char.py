@@ -5,12 +5,12 @@ import collections
 import keras
 import tensorflow as tf
 
-from keras_transformer.text import common
+from keras_transformer.text import checks
 from keras_transformer.text.tokenizer import Tokenizer
 
 
 def build_char_vocabulary(
-    data, vocabulary_size=None, reserved_tokens=common.RESERVED_TOKENS
+    data, vocabulary_size=None, reserved_tokens=checks.RESERVED_TOKENS
 ):
     """The characters of a corpus as a `CharTokenizer` vocabulary.
 
@@ -32,11 +32,11 @@ def build_char_vocabulary(
         ['a', 'b', 'c']
     """
     if vocabulary_size is None:
-        reserved_tokens = common.check_reserved_tokens(reserved_tokens, 2**31 - 1)
+        reserved_tokens = checks.check_reserved_tokens(reserved_tokens, 2**31 - 1)
     else:
-        reserved_tokens = common.check_reserved_tokens(reserved_tokens, vocabulary_size)
+        reserved_tokens = checks.check_reserved_tokens(reserved_tokens, vocabulary_size)
     counts = collections.Counter()
-    for texts in common.text_batches(data):
+    for texts in checks.text_batches(data):
         for text in texts:
             counts.update(text)
     for token in reserved_tokens:
@@ -85,15 +85,15 @@ class CharTokenizer(Tokenizer):
 
     def __init__(self, vocabulary, sequence_length=None, **kwargs):
         super().__init__(sequence_length=sequence_length, **kwargs)
-        tokens = common.read_vocabulary(vocabulary)
-        common.check_vocabulary(tokens)
+        tokens = checks.read_vocabulary(vocabulary)
+        checks.check_vocabulary(tokens)
         self._set_vocabulary(tokens)
         self._tokens = tf.constant(tokens, tf.string)
         self._lookup = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
                 self._tokens, tf.range(len(tokens), dtype=tf.int64)
             ),
-            default_value=self.token_to_id(common.UNK),
+            default_value=self.token_to_id(checks.UNK),
         )
 
     def _tokenize(self, strings):

@@ -9,7 +9,7 @@ import math
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.text import common
+from keras_transformer.text import checks
 from keras_transformer.text.masking import MaskedLMMaskGenerator
 from keras_transformer.text.packing import (
     as_ragged_ids,
@@ -66,15 +66,15 @@ def masked_lm_dataset(
         with `keras.losses.SparseCategoricalCrossentropy(from_logits=True)`
         and `weighted_metrics`.
     """
-    common.check_string_dataset(dataset)
+    checks.check_string_dataset(dataset)
     _check(tokenizer, sequence_length, batch_size)
     if mask_selection_length is None:
         mask_selection_length = math.ceil(mask_selection_rate * sequence_length)
-    cls_id = common.special_token_id(tokenizer, common.CLS, "masked_lm_dataset")
-    sep_id = common.special_token_id(tokenizer, common.SEP, "masked_lm_dataset")
+    cls_id = checks.special_token_id(tokenizer, checks.CLS, "masked_lm_dataset")
+    sep_id = checks.special_token_id(tokenizer, checks.SEP, "masked_lm_dataset")
     masker = MaskedLMMaskGenerator(
         tokenizer.vocabulary_size(),
-        common.special_token_id(tokenizer, common.MASK, "masked_lm_dataset"),
+        checks.special_token_id(tokenizer, checks.MASK, "masked_lm_dataset"),
         mask_selection_length,
         mask_selection_rate,
         unselectable_token_ids=tokenizer.reserved_token_ids(),
@@ -127,8 +127,8 @@ def classification_dataset(dataset, tokenizer, sequence_length, batch_size):
             "`dataset` must be a tf.data.Dataset of (text, label) or "
             f"((text_a, text_b), label). Received: {dataset!r}"
         )
-    cls_id = common.special_token_id(tokenizer, common.CLS, "classification_dataset")
-    sep_id = common.special_token_id(tokenizer, common.SEP, "classification_dataset")
+    cls_id = checks.special_token_id(tokenizer, checks.CLS, "classification_dataset")
+    sep_id = checks.special_token_id(tokenizer, checks.SEP, "classification_dataset")
 
     def prepare(texts, labels):
         segments = [_tokens(tokenizer, t) for t in (texts if pair else (texts,))]
@@ -158,9 +158,9 @@ def causal_lm_dataset(dataset, tokenizer, sequence_length, batch_size):
     Returns:
         A dataset of `(token_ids, labels)`, both int32 `(B, T)`.
     """
-    common.check_string_dataset(dataset)
+    checks.check_string_dataset(dataset)
     _check(tokenizer, sequence_length, batch_size)
-    end_id = common.special_token_id(tokenizer, common.END, "causal_lm_dataset")
+    end_id = checks.special_token_id(tokenizer, checks.END, "causal_lm_dataset")
 
     def stream(texts):
         tokens = _tokens(tokenizer, texts)
@@ -221,8 +221,8 @@ def translation_dataset(
             "`dataset` must be a tf.data.Dataset of (source, target) strings. "
             f"Received: {dataset!r}"
         )
-    start_id = common.special_token_id(target_tokenizer, common.START, "translation")
-    end_id = common.special_token_id(target_tokenizer, common.END, "translation")
+    start_id = checks.special_token_id(target_tokenizer, checks.START, "translation")
+    end_id = checks.special_token_id(target_tokenizer, checks.END, "translation")
 
     def prepare(source, target):
         return pack_seq2seq(

@@ -8,12 +8,12 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_transformer.text import common
+from keras_transformer.text import checks
 from keras_transformer.text._lazy import tf_text
 from keras_transformer.text.tokenizer import Tokenizer
 
 # Piece 0 must be padding: ours, or the name other SentencePiece models use.
-PAD_PIECES = (common.PAD, "<pad>")
+PAD_PIECES = (checks.PAD, "<pad>")
 BYTE_PIECES = 256
 MARIAN_UNK = "<unk>"
 
@@ -22,7 +22,7 @@ def train_sentencepiece(
     data,
     vocabulary_size,
     model_type="unigram",
-    reserved_tokens=common.RESERVED_TOKENS,
+    reserved_tokens=checks.RESERVED_TOKENS,
     byte_fallback=True,
     **trainer_options,
 ):
@@ -73,7 +73,7 @@ def train_sentencepiece(
             "`train_sentencepiece` needs the `sentencepiece` package: "
             'pip install "keras-transformer[sentencepiece]"'
         ) from error
-    reserved_tokens = common.check_reserved_tokens(reserved_tokens, vocabulary_size)
+    reserved_tokens = checks.check_reserved_tokens(reserved_tokens, vocabulary_size)
     if byte_fallback and vocabulary_size <= len(reserved_tokens) + BYTE_PIECES:
         raise ValueError(
             "`vocabulary_size` must be larger than the "
@@ -86,7 +86,7 @@ def train_sentencepiece(
             '`model_type` must be one of ["unigram", "bpe", "char", "word"]. '
             f"Received: model_type={model_type!r}"
         )
-    sentences = [text for texts in common.text_batches(data) for text in texts]
+    sentences = [text for texts in checks.text_batches(data) for text in texts]
     if not any(text.strip() for text in sentences):
         raise ValueError("`data` has no text: the corpus is empty.")
 
@@ -97,15 +97,15 @@ def train_sentencepiece(
         vocab_size=vocabulary_size,
         model_type=model_type,
         pad_id=0,
-        pad_piece=common.PAD,
+        pad_piece=checks.PAD,
         unk_id=1,
-        unk_piece=common.UNK,
-        bos_id=reserved_id(common.START),
-        bos_piece=common.START,
-        eos_id=reserved_id(common.END),
-        eos_piece=common.END,
+        unk_piece=checks.UNK,
+        bos_id=reserved_id(checks.START),
+        bos_piece=checks.START,
+        eos_id=reserved_id(checks.END),
+        eos_piece=checks.END,
         control_symbols=[
-            t for t in reserved_tokens[2:] if t not in (common.START, common.END)
+            t for t in reserved_tokens[2:] if t not in (checks.START, checks.END)
         ],
         byte_fallback=byte_fallback,
         character_coverage=1.0,
@@ -194,12 +194,12 @@ class SentencePieceTokenizer(Tokenizer):
         if tokens[0] not in PAD_PIECES:
             raise ValueError(
                 f"`proto` must have padding as piece 0 ({' or '.join(PAD_PIECES)}). "
-                f"Received: a model whose pieces are {common.preview(tokens)}"
+                f"Received: a model whose pieces are {checks.preview(tokens)}"
             )
         self._set_vocabulary(tokens)
-        if common.UNK not in self._token_to_id:
+        if checks.UNK not in self._token_to_id:
             # Other models call it <unk>; detokenize maps bad ids to it.
-            self._token_to_id[common.UNK] = int(self._sentencepiece.string_to_id(""))
+            self._token_to_id[checks.UNK] = int(self._sentencepiece.string_to_id(""))
 
     def _set_piece_vocabulary(self, vocabulary):
         if isinstance(vocabulary, str | os.PathLike):
@@ -220,16 +220,16 @@ class SentencePieceTokenizer(Tokenizer):
         ):
             raise ValueError(
                 "`vocabulary` must map pieces to the ids 0..N-1. Received: "
-                f"vocabulary={common.preview(vocabulary or [])}"
+                f"vocabulary={checks.preview(vocabulary or [])}"
             )
         if MARIAN_UNK not in vocabulary:
             raise ValueError(
                 f"`vocabulary` must hold {MARIAN_UNK!r}. "
-                f"Received: vocabulary={common.preview(vocabulary)}"
+                f"Received: vocabulary={checks.preview(vocabulary)}"
             )
         tokens = sorted(vocabulary, key=vocabulary.get)
         self.piece_vocabulary = tokens
-        self._set_vocabulary([common.PAD, *tokens])  # our id = their id + 1
+        self._set_vocabulary([checks.PAD, *tokens])  # our id = their id + 1
         self._pieces = tf_text.SentencepieceTokenizer(
             model=self.proto, out_type=tf.string
         )

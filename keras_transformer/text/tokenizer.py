@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.text import common
+from keras_transformer.text import checks
 
 
 class Tokenizer(keras.layers.Layer):
@@ -115,7 +115,7 @@ class Tokenizer(keras.layers.Layer):
     def __call__(self, inputs, *args, **kwargs):
         # Keras reads a Python list as several inputs; here it is one batch.
         if isinstance(inputs, str | bytes | list | tuple):
-            inputs = common.as_strings(inputs)
+            inputs = checks.as_strings(inputs)
         return super().__call__(inputs, *args, **kwargs)
 
     def call(self, inputs):
@@ -134,8 +134,8 @@ class Tokenizer(keras.layers.Layer):
             `(B, sequence_length)` ids when `sequence_length` is set. For a
             single string: a dense `(T,)` or `(sequence_length,)` tensor.
         """
-        strings = common.as_strings(inputs)
-        batch = common.replace_invalid_utf8(tf.reshape(strings, [-1]))
+        strings = checks.as_strings(inputs)
+        batch = checks.replace_invalid_utf8(tf.reshape(strings, [-1]))
         ids = self._tokenize(batch)  # (B, None)
         added = sum(i is not None for i in self._added_ids())
         if self.sequence_length is not None and added:
@@ -194,7 +194,7 @@ class Tokenizer(keras.layers.Layer):
 
     def _unknown_id(self):
         """The id that ids outside the vocabulary decode as; None drops them."""
-        return self._token_to_id[common.UNK]
+        return self._token_to_id[checks.UNK]
 
     def vocabulary_size(self):
         """The number of token ids."""
@@ -238,7 +238,7 @@ class Tokenizer(keras.layers.Layer):
         """Sorted ids of the reserved tokens (`[PAD]`, `[CLS]` ...) present."""
         return sorted(
             self._token_to_id[t]
-            for t in common.RESERVED_TOKENS
+            for t in checks.RESERVED_TOKENS
             if t in self._token_to_id
         )
 

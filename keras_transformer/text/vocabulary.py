@@ -6,7 +6,7 @@ import logging
 import keras
 import tensorflow as tf
 
-from keras_transformer.text import common
+from keras_transformer.text import checks
 
 # Corpora longer than this many texts get a progress bar with verbose="auto".
 LONG_CORPUS = 10_000
@@ -15,7 +15,7 @@ LONG_CORPUS = 10_000
 def build_wordpiece_vocabulary(
     data,
     vocabulary_size,
-    reserved_tokens=common.RESERVED_TOKENS,
+    reserved_tokens=checks.RESERVED_TOKENS,
     lowercase=True,
     verbose="auto",
     **learn_options,
@@ -58,7 +58,7 @@ def build_wordpiece_vocabulary(
         >>> kt.text.WordPieceTokenizer(vocab).tokenize("The cat").shape
         TensorShape([2])
     """
-    reserved_tokens = common.check_reserved_tokens(reserved_tokens, vocabulary_size)
+    reserved_tokens = checks.check_reserved_tokens(reserved_tokens, vocabulary_size)
     if verbose not in ("auto", True, False):
         raise ValueError(
             f'`verbose` must be "auto", True or False. Received: verbose={verbose!r}'
@@ -85,16 +85,16 @@ def count_words(data, lowercase=True, verbose="auto"):
 
     splitter = BasicTokenizer(lower_case=lowercase)
     split = tf.function(
-        lambda texts: splitter.tokenize(common.replace_invalid_utf8(texts)).flat_values
+        lambda texts: splitter.tokenize(checks.replace_invalid_utf8(texts)).flat_values
     )
-    total = common.corpus_size(data)
+    total = checks.corpus_size(data)
     show = verbose is True or (
         verbose == "auto" and total is not None and total > LONG_CORPUS
     )
     progress = keras.utils.Progbar(total, unit_name="text") if show else None
     counts = collections.Counter()
     seen = 0
-    for texts in common.text_batches(data):
+    for texts in checks.text_batches(data):
         words = split(tf.constant(texts, tf.string)).numpy()
         counts.update(words)
         seen += len(texts)

@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.text import common
+from keras_transformer.text import checks
 from keras_transformer.text._lazy import tf_text
 from keras_transformer.text.tokenizer import Tokenizer
 
@@ -78,8 +78,8 @@ class WordPieceTokenizer(Tokenizer):
                 "`suffix_indicator` must be a non-empty string. "
                 f"Received: suffix_indicator={suffix_indicator!r}"
             )
-        tokens = common.read_vocabulary(vocabulary)
-        common.check_vocabulary(tokens)
+        tokens = checks.read_vocabulary(vocabulary)
+        checks.check_vocabulary(tokens)
         self.lowercase = bool(lowercase)
         self.suffix_indicator = suffix_indicator
         self.max_bytes_per_word = max_bytes_per_word
@@ -92,7 +92,7 @@ class WordPieceTokenizer(Tokenizer):
                 suffix_indicator=suffix_indicator,
                 max_bytes_per_word=max_bytes_per_word,
                 token_out_type=tf.int32,
-                unknown_token=common.UNK,
+                unknown_token=checks.UNK,
                 support_detokenization=True,
                 # Our own normalisation below: tensorflow-text's also folds
                 # compatibility forms (full-width "，" -> ","), BERT's does not.
@@ -101,7 +101,7 @@ class WordPieceTokenizer(Tokenizer):
         except RuntimeError as error:  # e.g. only bracketed special tokens
             raise ValueError(
                 f"`vocabulary` has no usable WordPiece token ({error}). "
-                f"Received: vocabulary={common.preview(tokens)}"
+                f"Received: vocabulary={checks.preview(tokens)}"
             ) from error
 
     def _tokenize(self, strings):
