@@ -140,11 +140,16 @@ def _pairs(model, pooler=True):
 
 # Tensors a checkpoint may hold that carry nothing of their own: a buffer of
 # position ids, and BertForMaskedLM's decoder, tied to the token embedding
-# and to `cls.predictions.bias`.
+# and to `cls.predictions.bias` (checked by value in `_check_tied`).
 IGNORED = (
     "embeddings.position_ids",
     "cls.predictions.decoder.weight",
     "cls.predictions.decoder.bias",
+)
+# BertForMaskedLM's decoder copies: `(copy, the tensor it must equal)`.
+TIED = (
+    ("cls.predictions.decoder.weight", "embeddings.word_embeddings.weight"),
+    ("cls.predictions.decoder.bias", "cls.predictions.bias"),
 )
 
 
@@ -172,6 +177,10 @@ ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForSequenceClassification"
 def build(config, weights):
     """Our model of a checkpoint: `BERT`, `BERTMaskedLM` or `BERTClassifier`."""
     architecture = checkpoint.check_architecture(config, "BERT", ARCHITECTURES)
+    if architecture == "BertForMaskedLM":
+        # Our masked-LM head decodes with the token embedding itself.
+        checkpoint.check_supported(config, "BERT", {"tie_word_embeddings": (True,)})
+        _check_tied(weights)
     with placeholder_weights():  # every weight is assigned below
         backbone = BERT(**config_to_arguments(config))
         if architecture == "BertModel":
@@ -195,6 +204,21 @@ def build(config, weights):
         kernel = backbone.pooled_dense.kernel
         kernel.assign(normal_initializer()(kernel.shape, kernel.dtype))
     return model
+
+
+def _check_tied(weights):
+    """A ValueError naming a decoder copy whose values differ from the
+    tensor `BERTMaskedLM` ties it to (an untied head would be dropped)."""
+    for copy, tied in TIED:
+        if copy not in weights:
+            continue
+        value, source = weights[copy], weights[_key(weights, tied)]
+        if value.shape != source.shape or not np.array_equal(value, source):
+            raise ValueError(
+                f"The checkpoint's {copy!r} differs from its {tied!r}; "
+                "kt.models.BERTMaskedLM ties the two (untied decoders are not "
+                "supported)."
+            )
 
 
 def export(model):

@@ -7,6 +7,8 @@ import os
 
 import numpy as np
 
+from keras_transformer._validation import read_json
+
 INDEX = "model.safetensors.index.json"
 WEIGHTS = "model.safetensors"
 
@@ -23,20 +25,49 @@ def check_folder(path):
 
 
 def read_config(path):
-    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-        return json.load(f)
+    """The folder's `config.json` as a dict."""
+    return _read_object(os.path.join(path, "config.json"))
 
 
 def read_generation_config(path):
     """The folder's `generation_config.json` as a dict, or None."""
-    file = os.path.join(path, "generation_config.json")
-    if not os.path.isfile(file):
-        return None
-    try:
-        with open(file, encoding="utf-8") as f:
-            return json.load(f)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ValueError(f"{file!r} is not valid JSON: {error}") from None
+    return _read_object(os.path.join(path, "generation_config.json"), missing_ok=True)
+
+
+def _read_object(file, missing_ok=False):
+    """A JSON file holding an object: a dict, or None when `missing_ok` and
+    the file is missing; errors name the file."""
+    data = read_json(file, missing_ok=missing_ok)
+    if data is not None and not isinstance(data, dict):
+        raise ValueError(
+            f"{file!r} must hold a JSON object. Received: {type(data).__name__}"
+        )
+    return data
+
+
+def _shards(path):
+    """The shard files a `model.safetensors.index.json` names, each checked
+    to lie inside the checkpoint folder (a `..`, an absolute path or a
+    symbolic link out of it is refused, naming it) before any is read."""
+    index = os.path.join(path, INDEX)
+    weight_map = _read_object(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(name, str) for name in weight_map.values()
+    ):
+        raise ValueError(
+            f"{index!r} must map tensor names to shard files in `weight_map`. "
+            f"Received: weight_map={weight_map!r}"
+        )
+    folder = os.path.realpath(path)
+    names = sorted(set(weight_map.values()))
+    for name in names:
+        file = os.path.realpath(os.path.join(folder, name))
+        if os.path.isabs(name) or os.path.commonpath([folder, file]) != folder:
+            raise ValueError(
+                f"{index!r} names a shard outside the checkpoint folder; shards "
+                f"must lie in it. Received: {name!r}"
+            )
+    return names
 
 
 def read_weights(path):
@@ -44,8 +75,7 @@ def read_weights(path):
     from safetensors.numpy import load_file
 
     if os.path.isfile(os.path.join(path, INDEX)):
-        with open(os.path.join(path, INDEX), encoding="utf-8") as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
+        files = _shards(path)
     elif os.path.isfile(os.path.join(path, WEIGHTS)):
         files = [WEIGHTS]
     else:

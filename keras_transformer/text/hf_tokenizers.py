@@ -16,6 +16,7 @@ as `BartTokenizer` does, with ids plus one.
 import json
 import os
 
+from keras_transformer._validation import read_json
 from keras_transformer.text.bpe import BytePairTokenizer
 from keras_transformer.text.sentencepiece import SentencePieceTokenizer
 from keras_transformer.text.wordpiece import WordPieceTokenizer
@@ -77,8 +78,8 @@ def tokenizer_from_pretrained(path):
         raise FileNotFoundError(
             f"`path` must be a checkpoint folder. Received: path={path!r}"
         )
-    config = _read_json(os.path.join(path, CONFIG)) or {}
-    model_config = _read_json(os.path.join(path, "config.json")) or {}
+    config = read_json(os.path.join(path, CONFIG), missing_ok=True) or {}
+    model_config = read_json(os.path.join(path, "config.json"), missing_ok=True) or {}
     if os.path.isfile(os.path.join(path, SOURCE_SPM)) or os.path.isfile(
         os.path.join(path, TARGET_SPM)
     ):
@@ -136,7 +137,7 @@ def tokenizer_from_pretrained(path):
 
 def _special_options(specials, vocabulary_file, bos=None, vocabulary=None):
     if vocabulary is None:
-        vocabulary = _read_json(vocabulary_file) or {}
+        vocabulary = read_json(vocabulary_file, missing_ok=True) or {}
     present = [t for t in specials if t in vocabulary]
     for token in ("</s>",) + ((bos,) if bos else ()):
         if token not in vocabulary:
@@ -257,18 +258,8 @@ def save_seq2seq_tokenizer(tokenizer, path, model_config):
         json.dump(config, f, indent=2)
 
 
-def _read_json(path):
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path!r} is not valid JSON: {error}") from None
-
-
 def _tokenizer_json(path):
-    data = _read_json(os.path.join(path, TOKENIZER))
+    data = read_json(os.path.join(path, TOKENIZER), missing_ok=True)
     if data is None:
         raise FileNotFoundError(
             f"`path` must be a checkpoint folder with a {VOCABULARY}, a "
