@@ -3,34 +3,13 @@
 `kt.models.from_pretrained(path)` reads a local folder (`config.json`, the
 weights in `model.safetensors` or its sharded index) and returns our model
 class with the weights in place; `kt.models.save_pretrained(model, path)`
-writes one back. One module per `model_type`.
+writes one back. Both dispatch through `registry`: the config's
+`model_type` picks the module that loads, the model's class the one that
+saves (one module per family: `bert`, `gpt2`, `seq2seq` for Marian and
+BART, `vit`).
 """
 
-import os
-
-from keras_transformer.models.bert import BERT
-from keras_transformer.models.bert_heads import BERTClassifier, BERTMaskedLM
-from keras_transformer.models.gpt import GPT2
-from keras_transformer.models.seq2seq import Seq2Seq
-from keras_transformer.models.vit import ViT
-from keras_transformer.pretrained import bert, checkpoint, gpt2, seq2seq, vit
-from keras_transformer.text.bpe import BytePairTokenizer
-from keras_transformer.text.hf_tokenizers import (
-    END,
-    check_savable,
-    check_seq2seq_tokenizer,
-    save_seq2seq_tokenizer,
-    save_tokenizer,
-)
-from keras_transformer.text.wordpiece import WordPieceTokenizer
-
-FAMILIES = {
-    "bert": bert,
-    "gpt2": gpt2,
-    "marian": seq2seq,
-    "bart": seq2seq,
-    "vit": vit,
-}
+from keras_transformer.pretrained import checkpoint, registry
 
 
 def from_pretrained(path):
@@ -79,18 +58,8 @@ def from_pretrained(path):
         'BERT'
     """
     path = checkpoint.check_folder(path)
-    config = checkpoint.read_config(path)
-    model_type = config.get("model_type")
-    if model_type not in FAMILIES:
-        raise ValueError(
-            f"Unsupported checkpoint `model_type` (supported: {sorted(FAMILIES)}). "
-            f"Received: model_type={model_type!r} in {path!r}"
-        )
-    if FAMILIES[model_type] is seq2seq:
-        generation = checkpoint.read_generation_config(path)
-        seq2seq.config_to_arguments(config, generation)  # checks, before reading
-        return seq2seq.build(config, checkpoint.read_weights(path), generation)
-    return FAMILIES[model_type].build(config, checkpoint.read_weights(path))
+    model_type = checkpoint.read_config(path).get("model_type")
+    return registry.loader(model_type, path)(path)
 
 
 def save_pretrained(model, path, tokenizer=None):
@@ -125,55 +94,4 @@ def save_pretrained(model, path, tokenizer=None):
     Returns:
         The folder's absolute path.
     """
-    models = BERT | BERTMaskedLM | BERTClassifier | GPT2 | Seq2Seq | ViT
-    if not isinstance(model, models):
-        raise ValueError(
-            "`model` must be a kt.models.BERT, BERTMaskedLM, BERTClassifier, "
-            f"GPT2, Seq2Seq or ViT. Received: model={model!r}"
-        )
-    if isinstance(model, Seq2Seq):
-        return _save_seq2seq(model, path, tokenizer)
-    if isinstance(model, ViT):
-        if tokenizer is not None:
-            raise ValueError(
-                "A ViT has no tokenizer: `tokenizer` must be None. "
-                f"Received: tokenizer={tokenizer!r}"
-            )
-        path = os.path.abspath(os.fspath(path))
-        checkpoint.write_folder(path, *vit.export(model))
-        return path
-    is_gpt2 = isinstance(model, GPT2)
-    if tokenizer is not None:
-        check_savable(tokenizer, BytePairTokenizer if is_gpt2 else WordPieceTokenizer)
-        if tokenizer.vocabulary_size() > _vocabulary_size(model):
-            raise ValueError(
-                f"`tokenizer` has {tokenizer.vocabulary_size()} ids but `model` "
-                f"only {_vocabulary_size(model)}: they do not belong together. "
-                f"Received: tokenizer={tokenizer!r}"
-            )
-    path = os.path.abspath(os.fspath(path))
-    if is_gpt2:
-        end = None
-        if tokenizer is not None and END in tokenizer.get_vocabulary():
-            end = tokenizer.token_to_id(END)
-        checkpoint.write_folder(path, *gpt2.export(model, end))
-    else:
-        checkpoint.write_folder(path, *bert.export(model))
-    if tokenizer is not None:
-        save_tokenizer(tokenizer, path)
-    return path
-
-
-def _save_seq2seq(model, path, tokenizer):
-    config, generation, tensors = seq2seq.export(model)  # checks the model first
-    if tokenizer is not None:
-        check_seq2seq_tokenizer(tokenizer, config["model_type"], model.vocabulary_size)
-    path = os.path.abspath(os.fspath(path))
-    checkpoint.write_folder(path, config, tensors, generation)
-    if tokenizer is not None:
-        save_seq2seq_tokenizer(tokenizer, path, config)
-    return path
-
-
-def _vocabulary_size(model):
-    return getattr(model, "backbone", model).vocabulary_size
+    return registry.saver(model)(model, path, tokenizer)

@@ -19,6 +19,12 @@ from keras_transformer.models.base import normal_initializer, placeholder_weight
 from keras_transformer.models.bert import BERT
 from keras_transformer.models.bert_heads import BERTClassifier, BERTMaskedLM
 from keras_transformer.pretrained import checkpoint
+from keras_transformer.text import hf_tokenizers
+from keras_transformer.text.wordpiece import WordPieceTokenizer
+
+# What the registry dispatches on.
+MODEL_TYPES = ("bert",)
+CLASSES = (BERT, BERTMaskedLM, BERTClassifier)
 
 # Hugging Face config values our BERT computes exactly.
 SUPPORTED = {
@@ -26,6 +32,25 @@ SUPPORTED = {
     "position_embedding_type": ("absolute",),
 }
 LAYER_NORM_EPSILON = 1e-12
+
+
+def load(path):
+    """Our model of a BERT folder, weights in place."""
+    config = checkpoint.read_config(path)
+    return build(config, checkpoint.read_weights(path))
+
+
+def save(model, path, tokenizer=None):
+    """Writes a `BERT`, `BERTMaskedLM` or `BERTClassifier` (and its
+    `WordPieceTokenizer`) as a Hugging Face folder."""
+    if tokenizer is not None:
+        hf_tokenizers.check_savable(tokenizer, WordPieceTokenizer)
+        size = getattr(model, "backbone", model).vocabulary_size
+        checkpoint.check_tokenizer_size(tokenizer.vocabulary_size(), size, tokenizer)
+    path = checkpoint.write_folder(path, *export(model))
+    if tokenizer is not None:
+        hf_tokenizers.save_wordpiece(tokenizer, path)
+    return path
 
 
 def config_to_arguments(config):

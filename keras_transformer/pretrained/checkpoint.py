@@ -107,9 +107,10 @@ def read_weights(path):
 
 def write_folder(path, config, weights, generation=None):
     """Writes `config.json` and `model.safetensors` (and
-    `generation_config.json`) into `path`."""
+    `generation_config.json`) into `path`; returns its absolute path."""
     from safetensors.numpy import save_file
 
+    path = os.path.abspath(os.fspath(path))
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
@@ -123,6 +124,17 @@ def write_folder(path, config, weights, generation=None):
         os.path.join(path, WEIGHTS),
         metadata={"format": "pt"},
     )
+    return path
+
+
+def check_tokenizer_size(size, vocabulary_size, tokenizer):
+    """A ValueError when a tokenizer of `size` ids has more than the
+    model's `vocabulary_size`: they do not belong together."""
+    if size > vocabulary_size:
+        raise ValueError(
+            f"`tokenizer` has {size} ids but `model` only {vocabulary_size}: "
+            f"they do not belong together. Received: tokenizer={tokenizer!r}"
+        )
 
 
 # Converters `(to ours, to theirs)` between checkpoint and Keras layouts.

@@ -24,6 +24,12 @@ import numpy as np
 from keras_transformer.models.base import placeholder_weights
 from keras_transformer.models.gpt import GPT2
 from keras_transformer.pretrained import checkpoint
+from keras_transformer.text import hf_tokenizers
+from keras_transformer.text.bpe import BytePairTokenizer
+
+# What the registry dispatches on.
+MODEL_TYPES = ("gpt2",)
+CLASSES = (GPT2,)
 
 ACTIVATIONS = {
     "gelu_new": "gelu_approximate",
@@ -40,6 +46,29 @@ REQUIRED = {
 ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
 # The causal-mask buffers of older checkpoints carry no weights.
 BUFFER = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
+
+
+def load(path):
+    """Our `GPT2` of a GPT-2 folder, weights in place."""
+    config = checkpoint.read_config(path)
+    return build(config, checkpoint.read_weights(path))
+
+
+def save(model, path, tokenizer=None):
+    """Writes a `GPT2` (and its `BytePairTokenizer`) as a Hugging Face
+    folder; the tokenizer's `<|endoftext|>` becomes the end token."""
+    end = None
+    if tokenizer is not None:
+        hf_tokenizers.check_savable(tokenizer, BytePairTokenizer)
+        checkpoint.check_tokenizer_size(
+            tokenizer.vocabulary_size(), model.vocabulary_size, tokenizer
+        )
+        if hf_tokenizers.END in tokenizer.get_vocabulary():
+            end = tokenizer.token_to_id(hf_tokenizers.END)
+    path = checkpoint.write_folder(path, *export(model, end))
+    if tokenizer is not None:
+        hf_tokenizers.save_byte_pair(tokenizer, path)
+    return path
 
 
 def config_to_arguments(config):

@@ -39,41 +39,75 @@ from keras_transformer.pretrained.generation_config import (
     generation_arguments,
     generation_settings,
 )
+from keras_transformer.pretrained.seq2seq_families import (
+    ACTIVATIONS,
+    FAMILIES,
+    MAX_LENGTH,
+)
 
-ACTIVATIONS = {
-    "swish": "silu",
-    "silu": "silu",
-    "gelu": "gelu",
-    "relu": "relu",
+# What the registry dispatches on.
+MODEL_TYPES = tuple(FAMILIES)
+CLASSES = (Seq2Seq,)
+# Options every Marian and BART layout shares: (value on loading, the
+# values saving accepts); decoder_start_token_id must be set.
+COMMON = {
+    "tie_embeddings": (True, (True, None)),
+    "target_vocabulary_size": (None, (None,)),
+    "logits_bias": (True, (True,)),
+    "layer_norm_epsilon": (1e-5, (1e-5,)),  # torch.nn.LayerNorm's default
 }
-ARCHITECTURES = {
-    "marian": ("MarianMTModel",),
-    "bart": ("BartForConditionalGeneration",),
-}
-# What we compute exactly: key -> the allowed values (the first is the
-# default when the key is missing).
-REQUIRED = {
-    "marian": {
-        "share_encoder_decoder_embeddings": (True,),
-        "tie_word_embeddings": (True,),
-        "activation_function": tuple(ACTIVATIONS),
-    },
-    "bart": {
-        "tie_word_embeddings": (True,),
-        "activation_function": tuple(ACTIVATIONS),
-    },
-}
-NAMES = {"marian": "Marian", "bart": "BART"}
+
+
+def load(path):
+    """Our `Seq2Seq` of a Marian or BART folder, weights in place, with the
+    folder's generation settings; the config is checked before any weight
+    is read."""
+    config = checkpoint.read_config(path)
+    generation = checkpoint.read_generation_config(path)
+    config_to_arguments(config, generation)  # checks, before reading
+    return build(config, checkpoint.read_weights(path), generation)
+
+
+def save(model, path, tokenizer=None):
+    """Writes a Marian- or BART-shaped `Seq2Seq` (and its tokenizer) as the
+    family's folder; everything is checked before anything is written."""
+    family = family_of(model)
+    config, generation, tensors = export(model)
+    if tokenizer is not None:
+        size = family.tokenizer_check(tokenizer, family.name)
+        checkpoint.check_tokenizer_size(size, model.vocabulary_size, tokenizer)
+    path = checkpoint.write_folder(path, config, tensors, generation)
+    if tokenizer is not None:
+        family.tokenizer_save(
+            tokenizer,
+            path,
+            _tokenizer_config(family, tokenizer, model.max_sequence_length),
+        )
+    return path
+
+
+def _tokenizer_config(family, tokenizer, max_length):
+    """The family's `tokenizer_config.json` for `tokenizer`."""
+    config = {
+        key: max_length if value is MAX_LENGTH else value
+        for key, value in family.tokenizer_config.items()
+    }
+    if family.optional_tokens:
+        vocabulary = tokenizer.get_vocabulary()
+        config.update(
+            {k: t for k, t in family.optional_tokens.items() if t in vocabulary}
+        )
+    return config
 
 
 def config_to_arguments(config, generation=None):
     """`Seq2Seq` constructor arguments from a Hugging Face `config.json`
     (and `generation_config.json`), every value checked before any weight
     is built."""
-    family = config["model_type"]
-    name = NAMES[family]
-    checkpoint.check_architecture(config, name, ARCHITECTURES[family])
-    checkpoint.check_supported(config, name, REQUIRED[family])
+    family = FAMILIES[config["model_type"]]
+    name = family.name
+    checkpoint.check_architecture(config, name, (family.architecture,))
+    checkpoint.check_supported(config, name, family.required)
     for encoder_key, decoder_key in [
         ("encoder_attention_heads", "decoder_attention_heads"),
         ("encoder_ffn_dim", "decoder_ffn_dim"),
@@ -85,17 +119,13 @@ def config_to_arguments(config, generation=None):
                 f"{encoder_key}={config.get(encoder_key)!r}, "
                 f"{decoder_key}={config.get(decoder_key)!r}"
             )
-    vocabulary = config["vocab_size"]
-    if (
-        family == "marian"
-        and config.get("decoder_vocab_size", vocabulary) != vocabulary
-    ):
-        raise ValueError(
-            "Marian checkpoints with a separate target vocabulary are not "
-            f"supported. Received: decoder_vocab_size={config['decoder_vocab_size']!r}"
-            f", vocab_size={vocabulary!r}"
-        )
-    marian = family == "marian"
+    for key, other in family.same_as.items():
+        if config.get(key, config.get(other)) != config.get(other):
+            raise ValueError(
+                f"This {name} checkpoint's `{key}` differs from its `{other}` "
+                f"(kt.models.Seq2Seq shares them). Received: {key}={config[key]!r}, "
+                f"{other}={config.get(other)!r}"
+            )
     start = (generation or {}).get("decoder_start_token_id")
     if start is None:
         start = config.get("decoder_start_token_id")
@@ -104,8 +134,8 @@ def config_to_arguments(config, generation=None):
             f"This {name} checkpoint has no `decoder_start_token_id`. "
             "Received: decoder_start_token_id=None"
         )
-    return dict(
-        vocabulary_size=vocabulary + 1,  # + our padding id 0
+    arguments = dict(
+        vocabulary_size=config["vocab_size"] + 1,  # + our padding id 0
         num_layers=config["encoder_layers"],
         num_decoder_layers=config["decoder_layers"],
         num_heads=config["encoder_attention_heads"],
@@ -113,73 +143,57 @@ def config_to_arguments(config, generation=None):
         intermediate_dim=config["encoder_ffn_dim"],
         max_sequence_length=config["max_position_embeddings"],
         dropout=config.get("dropout", 0.1),
-        tie_embeddings=True,
         activation=ACTIVATIONS[config.get("activation_function", "gelu")],
-        layer_norm_epsilon=1e-5,  # torch.nn.LayerNorm's default, as both use
-        position="sinusoidal" if marian else "learned",
         sinusoidal_layout="concatenated",
-        position_offset=0 if marian else 2,
         scale_embeddings=bool(config.get("scale_embedding", False)),
-        embedding_layer_norm=not marian,
-        logits_bias=True,
         decoder_start_token_id=start + 1,
         generation_config=generation_arguments(config, generation, name),
+        **{key: value for key, (value, _) in COMMON.items()},
     )
+    return {**arguments, **family.options}
 
 
 def family_of(model):
-    """`"marian"` or `"bart"`: the checkpoint layout a `Seq2Seq` can be
-    written in, or a ValueError naming what does not fit either."""
-    marian = model.position == "sinusoidal"
-    expected = {
-        "tie_embeddings": (True, None),
-        "target_vocabulary_size": (None,),
-        "logits_bias": (True,),
-        "decoder_start_token_id": "set",
-        "layer_norm_epsilon": (1e-5,),
-    }
-    if marian:
-        expected.update(
-            sinusoidal_layout=("concatenated",),
-            embedding_layer_norm=(False,),
-        )
+    """The `Family` whose checkpoint layout a `Seq2Seq` can be written in
+    (chosen by its `position`), or a ValueError naming what fits none."""
+    matching = [f for f in FAMILIES.values() if f.options["position"] == model.position]
+    expected = {key: allowed for key, (_, allowed) in COMMON.items()}
+    if matching:
+        expected.update({key: (value,) for key, value in matching[0].options.items()})
     else:
-        expected.update(position_offset=(2,), embedding_layer_norm=(True,))
+        expected["position"] = tuple(f.options["position"] for f in FAMILIES.values())
+    expected["decoder_start_token_id"] = None  # any, but set
     for key, allowed in expected.items():
         value = getattr(model, key)
-        if (allowed == "set" and value is None) or (
-            allowed != "set" and value not in allowed
-        ):
+        if value is None if allowed is None else value not in allowed:
             raise ValueError(
-                "save_pretrained writes a Seq2Seq as a Marian or BART checkpoint: "
-                "tied shared embeddings, logits_bias=True, a decoder_start_token_id, "
-                "layer_norm_epsilon=1e-5, and Marian's concatenated sinusoids or "
-                f"BART's offset-2 learned positions with an embedding LayerNorm. "
-                f"Received: {key}={value!r}"
+                "save_pretrained writes a Seq2Seq as a "
+                + " or ".join(f.name for f in FAMILIES.values())
+                + " checkpoint: tied shared embeddings, logits_bias=True, a "
+                "decoder_start_token_id, layer_norm_epsilon=1e-5, and Marian's "
+                "concatenated sinusoids or BART's offset-2 learned positions with "
+                f"an embedding LayerNorm. Received: {key}={value!r}"
             )
     if model.activation not in ACTIVATIONS.values():
         raise ValueError(
             f"`activation` {model.activation!r} has no Hugging Face name "
             f"(supported: {sorted(set(ACTIVATIONS.values()))})."
         )
-    return "marian" if marian else "bart"
+    return matching[0]
 
 
 def arguments_to_config(model, family):
     """The Hugging Face `config.json` and `generation_config.json` of a
     `Seq2Seq` in `family`'s layout."""
     generation = generation_settings(model)
-    end = generation.setdefault("eos_token_id", 0 if family == "marian" else 2)
-    if family == "marian":  # Marian's pad is its decoder start token
-        generation["pad_token_id"] = generation["decoder_start_token_id"]
-    else:
-        generation.update(pad_token_id=1, bos_token_id=0)
+    end = generation.setdefault("eos_token_id", family.eos_token_id)
+    special = family.token_ids(generation["decoder_start_token_id"])
+    generation.update(special)
     activation = {"silu": "swish"}.get(model.activation, model.activation)
-    vocabulary = model.vocabulary_size - 1
     config = {
-        "architectures": list(ARCHITECTURES[family]),
-        "model_type": family,
-        "vocab_size": vocabulary,
+        "architectures": [family.architecture],
+        "model_type": family.model_type,
+        "vocab_size": model.vocabulary_size - 1,
         "d_model": model.hidden_dim,
         "encoder_layers": model.num_layers,
         "decoder_layers": model.num_decoder_layers or model.num_layers,
@@ -199,18 +213,13 @@ def arguments_to_config(model, family):
         "eos_token_id": end,
         "forced_eos_token_id": generation.get("forced_eos_token_id"),
         "init_std": 0.02,
+        **special,
+        **family.config,
     }
-    if family == "marian":
-        # Marian's pad is its decoder start token.
-        config.update(
-            pad_token_id=generation["decoder_start_token_id"],
-            decoder_vocab_size=vocabulary,
-            share_encoder_decoder_embeddings=True,
-        )
-    else:
-        config.update(pad_token_id=1, bos_token_id=0)
-        if "forced_bos_token_id" in generation:
-            config["forced_bos_token_id"] = generation["forced_bos_token_id"]
+    config.update({key: config[other] for key, other in family.same_as.items()})
+    config.update(
+        {k: generation[k] for k in family.generation_in_config if k in generation}
+    )
     return config, generation
 
 
@@ -312,18 +321,25 @@ def _pairs(model):
 
 def _key(weights, name):
     """The checkpoint's key for `name` (`BartModel`-style keys lack the
-    `model.` prefix)."""
+    `model.` prefix), or None."""
     for candidate in (name, name.removeprefix("model.")):
         if candidate in weights:
             return candidate
-    raise ValueError(
-        f"The checkpoint has no tensor {name!r}; it does not look like a "
-        "checkpoint of its config.json's sizes."
-    )
+    return None
 
 
-# Tied copies of the shared table, and Marian's sinusoid buffers, carry no
-# weights of their own.
+def _find_key(weights, name):
+    """`_key`, or a ValueError naming the tensor."""
+    key = _key(weights, name)
+    if key is None:
+        raise ValueError(
+            f"The checkpoint has no tensor {name!r}; it does not look like a "
+            "checkpoint of its config.json's sizes."
+        )
+    return key
+
+
+# Tied copies of the shared table carry no weights of their own.
 COPIES = ("embed_tokens.weight", "lm_head.weight")
 # fairseq conversions carry `.version` buffers, which transformers ignores.
 BUFFERS = (".version",)
@@ -332,7 +348,8 @@ BUFFERS = (".version",)
 def build(config, weights, generation=None):
     """Our `Seq2Seq` of a Marian or BART checkpoint, weights in place."""
     arguments = config_to_arguments(config, generation)
-    if _key_or_none(weights, "model.shared.weight") is None:
+    family = FAMILIES[config["model_type"]]
+    if _key(weights, "model.shared.weight") is None:
         for copy in (
             "model.encoder.embed_tokens.weight",
             "encoder.embed_tokens.weight",
@@ -340,7 +357,7 @@ def build(config, weights, generation=None):
             if copy in weights:  # some exports keep only a tied copy
                 weights = {**weights, "model.shared.weight": weights[copy]}
                 break
-    shared = weights.get(_key_or_none(weights, "model.shared.weight"))
+    shared = weights.get(_key(weights, "model.shared.weight"))
     for key in [k for k in weights if k.endswith(COPIES)]:
         if (
             shared is None
@@ -351,28 +368,16 @@ def build(config, weights, generation=None):
                 f"The checkpoint's {key!r} differs from its shared token table; "
                 "kt.models.Seq2Seq ties them (untied embeddings are not supported)."
             )
-    ignored = (
-        COPIES
-        + BUFFERS
-        + (("embed_positions.weight",) if config["model_type"] == "marian" else ())
-    )
     model = Seq2Seq(**arguments)
     if "final_logits_bias" not in weights:  # some exports leave the zeros out
         weights = {**weights, "final_logits_bias": np.zeros((1, config["vocab_size"]))}
-    checkpoint.assign(_pairs(model), weights, _key, ignored)
+    ignored = COPIES + BUFFERS + family.buffers
+    checkpoint.assign(_pairs(model), weights, _find_key, ignored)
     return model
-
-
-def _key_or_none(weights, name):
-    try:
-        return _key(weights, name)
-    except ValueError:
-        return None
 
 
 def export(model):
     """`(config, generation settings, tensors)` of a Marian- or BART-shaped
     `Seq2Seq`, in Hugging Face's names and layouts."""
-    family = family_of(model)
-    config, generation = arguments_to_config(model, family)
+    config, generation = arguments_to_config(model, family_of(model))
     return config, generation, checkpoint.tensors(_pairs(model))

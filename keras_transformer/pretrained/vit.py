@@ -26,12 +26,33 @@ from keras_transformer.models.base import placeholder_weights
 from keras_transformer.models.vit import ViT
 from keras_transformer.pretrained import checkpoint
 
+# What the registry dispatches on.
+MODEL_TYPES = ("vit",)
+CLASSES = (ViT,)
 ARCHITECTURES = ("ViTForImageClassification",)
 # Hugging Face config values we compute exactly: key -> the allowed values.
 # Without query/key/value biases (`qkv_bias: false`) ours stay zeros.
 SUPPORTED = {"hidden_act": ("gelu",), "qkv_bias": (True, False)}
 # ViTForMaskedImageModeling's mask token: classification never reads it.
 IGNORED = ("embeddings.mask_token",)
+
+
+def load(path):
+    """Our `ViT` of a ViT folder, weights in place."""
+    config = checkpoint.read_config(path)
+    return build(config, checkpoint.read_weights(path))
+
+
+def save(model, path, tokenizer=None):
+    """Writes a `ViT` as a Hugging Face folder. A ViT has no tokenizer; its
+    config has `num_labels`, no label names, and no image processor is
+    written."""
+    if tokenizer is not None:
+        raise ValueError(
+            "A ViT has no tokenizer: `tokenizer` must be None. "
+            f"Received: tokenizer={tokenizer!r}"
+        )
+    return checkpoint.write_folder(path, *export(model))
 
 
 def _side(config, key, default):

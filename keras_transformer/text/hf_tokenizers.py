@@ -182,78 +182,61 @@ def _check_size(tokenizer, model_config, path):
         )
 
 
-def check_seq2seq_tokenizer(tokenizer, family, vocabulary_size):
-    """A BART `BytePairTokenizer`, or a Marian `(source, target)` pair of
-    `SentencePieceTokenizer` with a vocabulary, of at most
-    `vocabulary_size` ids; else a ValueError."""
-    if family == "marian":
-        good = (
-            isinstance(tokenizer, tuple | list)
-            and len(tokenizer) == 2
-            and all(
-                isinstance(t, SentencePieceTokenizer) and t.piece_vocabulary is not None
-                for t in tokenizer
-            )
-            and tokenizer[0].piece_vocabulary == tokenizer[1].piece_vocabulary
+def check_sentencepiece_pair(tokenizer, name):
+    """A `(source, target)` pair of `SentencePieceTokenizer` sharing a
+    vocabulary, as a Marian folder holds them; returns the ids it emits,
+    or raises a ValueError naming the model family `name`."""
+    good = (
+        isinstance(tokenizer, tuple | list)
+        and len(tokenizer) == 2
+        and all(
+            isinstance(t, SentencePieceTokenizer) and t.piece_vocabulary is not None
+            for t in tokenizer
         )
-        what = (
-            "a (source, target) pair of kt.text.SentencePieceTokenizer sharing "
-            "a vocabulary"
-        )
-        size = tokenizer[0].emitted_vocabulary_size() if good else None
-    else:
-        good = isinstance(tokenizer, BytePairTokenizer)
-        what = "a kt.text.BytePairTokenizer"
-        size = tokenizer.emitted_vocabulary_size() if good else None
+        and tokenizer[0].piece_vocabulary == tokenizer[1].piece_vocabulary
+    )
+    _check_kind(
+        good,
+        tokenizer,
+        name,
+        "a (source, target) pair of kt.text.SentencePieceTokenizer sharing a "
+        "vocabulary",
+    )
+    return tokenizer[0].emitted_vocabulary_size()
+
+
+def check_byte_pair(tokenizer, name):
+    """A `BytePairTokenizer`; returns the ids it emits, or raises a
+    ValueError naming the model family `name`."""
+    good = isinstance(tokenizer, BytePairTokenizer)
+    _check_kind(good, tokenizer, name, "a kt.text.BytePairTokenizer")
+    return tokenizer.emitted_vocabulary_size()
+
+
+def _check_kind(good, tokenizer, name, what):
     if not good:
         raise ValueError(
-            f"For a {family} model, `tokenizer` must be {what}. "
+            f"For a {name} model, `tokenizer` must be {what}. "
             f"Received: tokenizer={tokenizer!r}"
         )
-    if size > vocabulary_size:
-        raise ValueError(
-            f"`tokenizer` has {size} ids but `model` only {vocabulary_size}: "
-            f"they do not belong together. Received: tokenizer={tokenizer!r}"
-        )
 
 
-def save_seq2seq_tokenizer(tokenizer, path, model_config):
-    """Writes a Marian or BART tokenizer as `transformers` reads it."""
-    limit = model_config["max_position_embeddings"]
-    if model_config["model_type"] == "bart":
-        _save_bpe(tokenizer, path)
-        config = {
-            "tokenizer_class": "BartTokenizer",
-            "add_prefix_space": False,
-            "bos_token": "<s>",
-            "eos_token": "</s>",
-            "model_max_length": limit,
-            **{
-                name: token
-                for name, token in [
-                    ("pad_token", "<pad>"),
-                    ("unk_token", "<unk>"),
-                    ("mask_token", "<mask>"),
-                ]
-                if token in tokenizer.get_vocabulary()
-            },
-        }
-    else:
-        source, target = tokenizer
-        for name, spm in [(SOURCE_SPM, source), (TARGET_SPM, target)]:
-            with open(os.path.join(path, name), "wb") as f:
-                f.write(spm.proto)
-        with open(os.path.join(path, BPE_VOCABULARY), "w", encoding="utf-8") as f:
-            vocabulary = {t: i for i, t in enumerate(source.piece_vocabulary)}
-            json.dump(vocabulary, f, ensure_ascii=False)
-        config = {
-            "tokenizer_class": "MarianTokenizer",
-            "eos_token": "</s>",
-            "unk_token": "<unk>",
-            "pad_token": "<pad>",
-            "model_max_length": limit,
-            "separate_vocabs": False,
-        }
+def save_sentencepiece_pair(tokenizer, path, config):
+    """Writes a `(source, target)` pair as a Marian folder holds it
+    (`source.spm`, `target.spm`, the shared `vocab.json`) with `config` as
+    its `tokenizer_config.json`."""
+    source, target = tokenizer
+    for name, spm in [(SOURCE_SPM, source), (TARGET_SPM, target)]:
+        with open(os.path.join(path, name), "wb") as f:
+            f.write(spm.proto)
+    with open(os.path.join(path, BPE_VOCABULARY), "w", encoding="utf-8") as f:
+        vocabulary = {t: i for i, t in enumerate(source.piece_vocabulary)}
+        json.dump(vocabulary, f, ensure_ascii=False)
+    write_tokenizer_config(config, path)
+
+
+def write_tokenizer_config(config, path):
+    """Writes `config` as the folder's `tokenizer_config.json`."""
     with open(os.path.join(path, CONFIG), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)
 
@@ -324,7 +307,9 @@ def _from_tokenizer_json(data, path):
     )
 
 
-def check_savable(tokenizer, kind=WordPieceTokenizer | BytePairTokenizer):
+def check_savable(tokenizer, kind):
+    """A ValueError unless `tokenizer` is a `kind`: a `WordPieceTokenizer`
+    (BERT) or a `BytePairTokenizer` (GPT-2)."""
     if not isinstance(tokenizer, kind):
         raise ValueError(
             "`tokenizer` must be a kt.text.WordPieceTokenizer (for BERT) or a "
@@ -333,14 +318,10 @@ def check_savable(tokenizer, kind=WordPieceTokenizer | BytePairTokenizer):
         )
 
 
-def save_tokenizer(tokenizer, path):
-    """Writes the tokenizer's files into `path`: `vocab.txt` and
-    `tokenizer_config.json` (WordPiece), or `vocab.json`, `merges.txt` and
-    `tokenizer_config.json` (byte-level BPE, ids back to GPT-2's)."""
-    check_savable(tokenizer)
-    if isinstance(tokenizer, BytePairTokenizer):
-        _save_bpe(tokenizer, path)
-        return
+def save_wordpiece(tokenizer, path):
+    """Writes a `WordPieceTokenizer` as `vocab.txt` and
+    `tokenizer_config.json`, as `BertTokenizer` reads them."""
+    check_savable(tokenizer, WordPieceTokenizer)
     with open(os.path.join(path, VOCABULARY), "w", encoding="utf-8") as f:
         f.write("\n".join(tokenizer.get_vocabulary()) + "\n")
     config = {
@@ -354,23 +335,26 @@ def save_tokenizer(tokenizer, path):
         "cls_token": "[CLS]",
         "mask_token": "[MASK]",
     }
-    with open(os.path.join(path, CONFIG), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2)
+    write_tokenizer_config(config, path)
 
 
-def _save_bpe(tokenizer, path):
+def save_byte_pair(tokenizer, path, config=None):
+    """Writes a `BytePairTokenizer` as `vocab.json` and `merges.txt` (ids
+    back to the folder's: minus one) with `config` as its
+    `tokenizer_config.json`, by default `GPT2Tokenizer`'s."""
+    check_savable(tokenizer, BytePairTokenizer)
     tokens = tokenizer.get_vocabulary()[1:]  # without our padding id 0
     with open(os.path.join(path, BPE_VOCABULARY), "w", encoding="utf-8") as f:
         json.dump({t: i for i, t in enumerate(tokens)}, f, ensure_ascii=False)
     with open(os.path.join(path, MERGES), "w", encoding="utf-8") as f:
         f.write("#version: 0.2\n" + "".join(m + "\n" for m in tokenizer.get_merges()))
-    special = END if END in tokens else None
-    config = {
-        "tokenizer_class": "GPT2Tokenizer",
-        "add_prefix_space": False,
-        "bos_token": special,
-        "eos_token": special,
-        "unk_token": special,
-    }
-    with open(os.path.join(path, CONFIG), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2)
+    if config is None:
+        special = END if END in tokens else None
+        config = {
+            "tokenizer_class": "GPT2Tokenizer",
+            "add_prefix_space": False,
+            "bos_token": special,
+            "eos_token": special,
+            "unk_token": special,
+        }
+    write_tokenizer_config(config, path)

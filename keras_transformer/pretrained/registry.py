@@ -1,0 +1,39 @@
+"""The registry of checkpoint families: `model_type` -> the module that
+loads it, model class -> the module that saves it.
+
+A family module exposes `MODEL_TYPES` (the config `model_type`s it reads),
+`CLASSES` (our model classes it writes), `load(path)` and
+`save(model, path, tokenizer)`. Registering one is adding it to `FAMILIES`.
+"""
+
+from keras_transformer.pretrained import bert, gpt2, seq2seq, vit
+
+FAMILIES = (bert, gpt2, seq2seq, vit)
+LOADERS = {
+    model_type: family.load for family in FAMILIES for model_type in family.MODEL_TYPES
+}
+SAVERS = {cls: family.save for family in FAMILIES for cls in family.CLASSES}
+
+
+def loader(model_type, path):
+    """`load(path)` of the family that reads `model_type`, or a ValueError
+    listing the supported ones."""
+    if model_type not in LOADERS:
+        raise ValueError(
+            f"Unsupported checkpoint `model_type` (supported: {sorted(LOADERS)}). "
+            f"Received: model_type={model_type!r} in {path!r}"
+        )
+    return LOADERS[model_type]
+
+
+def saver(model):
+    """`save(model, path, tokenizer)` of the family that writes `model`'s
+    class (or the nearest class it derives from), or a ValueError."""
+    for cls in type(model).__mro__:
+        if cls in SAVERS:
+            return SAVERS[cls]
+    names = [cls.__name__ for cls in SAVERS]
+    raise ValueError(
+        f"`model` must be a kt.models.{', '.join(names[:-1])} or {names[-1]}. "
+        f"Received: model={model!r}"
+    )
