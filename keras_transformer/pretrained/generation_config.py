@@ -140,11 +140,11 @@ def generation_settings(model):
     if "max_new_tokens" in arguments:
         settings["max_length"] = arguments["max_new_tokens"] + 1
     if arguments.get("sampler") == "beam":
-        settings.update(
-            num_beams=arguments.get("num_beams", 4),
-            length_penalty=arguments.get("length_penalty", 1.0),
-            early_stopping=arguments.get("early_stopping", False),
-        )
+        settings["num_beams"] = arguments.get("num_beams", 4)
+        # transformers writes only the settings that differ from its defaults.
+        for key, default in [("length_penalty", 1.0), ("early_stopping", False)]:
+            if arguments.get(key, default) != default:
+                settings[key] = arguments[key]
     if arguments.get("min_new_tokens"):
         settings["min_length"] = arguments["min_new_tokens"] + 1
     if arguments.get("no_repeat_ngram_size"):
