@@ -16,6 +16,7 @@ import sys
 import time
 
 import keras_transformer_cli as front
+from keras_transformer import _validation as validation
 from keras_transformer.cli.recipes import CommandError
 
 RUN_FILE = "run.json"  # in the work folder: the settings a resume must match
@@ -78,8 +79,7 @@ def _check_resume(work, resume, overwrite, identity):
             raise CommandError(
                 f"--resume: no backup to resume in {work} (run without --resume)"
             )
-        with open(saved_path) as f:
-            saved = json.load(f)
+        saved = validation.read_json(saved_path)
         differ = sorted(
             key
             for key in set(saved) | set(identity)
@@ -186,8 +186,10 @@ def _read_config(folder):
     path = os.path.join(folder, "config.json")
     if not os.path.isfile(path):
         raise CommandError(f"--model {folder}: not a folder written by `train`")
-    with open(path) as f:
-        config = json.load(f)
+    try:
+        config = validation.read_json(path)
+    except ValueError as error:
+        raise CommandError(f"--model {folder}: {error}") from None
     if "task" not in config:
         raise CommandError(f"--model {folder}: config.json names no task")
     return config
@@ -208,7 +210,7 @@ def _evaluate(args):
             raise CommandError(f"--data {args.data}: no text in the file")
         model = keras.saving.load_model(os.path.join(args.model, "model.keras"))
         tokenizer = recipes.load_tokenizer(os.path.join(args.model, "tokenizer.json"))
-        stream = recipes._stream(tokenizer, corpus)
+        stream = recipes.token_stream(tokenizer, corpus)
         context = config.get("settings", {}).get("context") or model.max_sequence_length
         count = (len(stream) - 1) // context
         if count < 1:
@@ -219,7 +221,7 @@ def _evaluate(args):
         x = stream[: count * context].reshape(count, context)
         y = stream[1 : count * context + 1].reshape(count, context)
         model.compile(loss=_masked_loss())
-        loss = recipes._evaluate(model, x, y, batch_size=args.batch_size)
+        loss = recipes.evaluate_loss(model, x, y, batch_size=args.batch_size)
         _print_results(
             {
                 "loss (nats per token)": loss,
@@ -229,7 +231,7 @@ def _evaluate(args):
         )
         return 0
     notes = []
-    rows = recipes._read(task, args.data, "--data", notes)
+    rows = recipes.read_examples(task, args.data, "--data", notes)
     for note in notes:
         print(f"note: {note}")
     if task == "bert":

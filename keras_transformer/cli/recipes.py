@@ -26,6 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer import _validation as validation
 from keras_transformer import export, generation, models, text, training
 from keras_transformer.cli import datasets, scores
 
@@ -82,18 +83,20 @@ def load_data(task, path, validation_path):
             return (*_split(rows, 0.2), "generated reviews (built in)", notes)
         rows = datasets.number_pairs(9000, maximum=10_000)
         return (*_split(rows, 0.1), "number words -> digits (built in)", notes)
-    train = _read(task, path, "--data", notes)
+    train = read_examples(task, path, "--data", notes)
     if validation_path is None:
         if task == "gpt2":
             train, held_out = _split_text(train)
         else:
             train, held_out = _split(train, 0.2 if task == "bert" else 0.1)
     else:
-        held_out = _read(task, validation_path, "--validation-data", notes)
+        held_out = read_examples(task, validation_path, "--validation-data", notes)
     return train, held_out, path, notes
 
 
-def _read(task, path, flag, notes):
+def read_examples(task, path, flag, notes):
+    """The examples in the file at `path`, in the form `load_data` gives for
+    `task`; errors name `flag`, and skipped lines are added to `notes`."""
     if not os.path.isfile(path):
         raise CommandError(f"{flag} {path}: file not found")
     if task == "gpt2":
@@ -149,7 +152,11 @@ def checkpoint_kind(path, task):
     """`"huggingface"` or `"ours"`, or a CommandError saying what is wrong."""
     if not os.path.isdir(path):
         raise CommandError(f"--from {path}: not a folder")
-    config = _read_json(os.path.join(path, "config.json"))
+    try:
+        config_path = os.path.join(path, "config.json")
+        config = validation.read_json(config_path, missing_ok=True) or {}
+    except ValueError as error:
+        raise CommandError(f"--from {path}: {error}") from None
     if os.path.isfile(os.path.join(path, "model.keras")) and "task" in config:
         if config["task"] != task:
             raise CommandError(
@@ -169,16 +176,6 @@ def checkpoint_kind(path, task):
             f"(supported: {'bert for bert, gpt2 for gpt2'})"
         )
     return "huggingface"
-
-
-def _read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return {}
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CommandError(f"{path}: not valid JSON ({error})") from None
 
 
 # ---------------------------------------------------------------- settings
@@ -377,7 +374,7 @@ def _ids(tokenizer, texts, batch=4096):
     return result
 
 
-def _stream(tokenizer, corpus):
+def token_stream(tokenizer, corpus):
     """The corpus as one int32 token stream (tokenized in lines, newlines
     kept, so any tokenizer sees text of a bounded length)."""
     lines = corpus.splitlines(keepends=True) or [corpus]
@@ -559,7 +556,7 @@ class Run:
         if self.resume and os.path.exists(path):
             with open(path) as f:
                 return json.load(f)
-        loss = _evaluate(model, x, y)
+        loss = evaluate_loss(model, x, y)
         with open(path, "w") as f:
             json.dump(loss, f)
         return loss
@@ -580,8 +577,8 @@ class Run:
     def _train_gpt2(self):
         s = self.settings
         tokenizer = self._tokenizer(self.train_data.splitlines(keepends=True))
-        train = _stream(tokenizer, self.train_data)
-        held_out = _stream(tokenizer, self.held_out)
+        train = token_stream(tokenizer, self.train_data)
+        held_out = token_stream(tokenizer, self.held_out)
         if self.kind == "huggingface":
             model = models.from_pretrained(s["from"])
         elif self.kind == "ours":
@@ -638,7 +635,7 @@ class Run:
             every,
             start_step,
         )
-        loss = _evaluate(model, held_x, held_y, batch_size=64)
+        loss = evaluate_loss(model, held_x, held_y, batch_size=64)
         unit = (
             "character" if s["tokenizer"] == "char" and self.kind is None else "token"
         )
@@ -785,7 +782,7 @@ class Run:
         if self.kind == "ours":
             previous = keras.saving.load_model(os.path.join(s["from"], "model.keras"))
             backbone = previous.backbone
-            old = _read_json(os.path.join(s["from"], "config.json"))
+            old = validation.read_json(os.path.join(s["from"], "config.json"))
             if old.get("settings", {}).get("class_names") == class_names:
                 return backbone, previous
         elif self.kind == "huggingface":
@@ -898,9 +895,8 @@ class Run:
 
     def _announce(self, model, tokenizer, steps, every, initial):
         s = self.settings
-        compute = next(
-            layer.compute_dtype for layer in model._flatten_layers() if layer.weights
-        )
+        # What the layers compute in (a mixed policy keeps weights float32).
+        compute = next(layer.compute_dtype for layer in model.layers if layer.weights)
         print(
             f"Model: {model.count_params():,} parameters; tokenizer: "
             f"{type(tokenizer).__name__} ({tokenizer.vocabulary_size():,} ids); "
@@ -911,7 +907,9 @@ class Run:
         )
 
 
-def _evaluate(model, x, y, batch_size=None):
+def evaluate_loss(model, x, y, batch_size=None):
+    """The compiled loss of `model` on `(x, y)`, as a float (one batch when
+    `batch_size` is None)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*ran out of data.*")
         value = model.evaluate(

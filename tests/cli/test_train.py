@@ -121,6 +121,30 @@ def test_flags_that_contradict_each_other_or_the_task_are_refused(tmp_path, caps
     assert sorted(os.listdir(tmp_path)) == ["lines.txt", "not_a_checkpoint"]
 
 
+def test_a_broken_json_file_is_named_with_its_line_and_column(tmp_path, capsys):
+    data = write_lines(tmp_path / "lines.txt")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{\n  "model_type": gpt2\n}')
+    where = "is not valid JSON: Expecting value at line 2, column 17"
+    out = str(tmp_path / "out")
+    argv = ["train", "gpt2", "--data", str(data), "--output", out]
+    code, _, err = train_in_process([*argv, "--from", str(broken)], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"--from {broken}: '{broken / 'config.json'}' {where}" in err
+    code, _, err = train_in_process(
+        ["evaluate", "--model", str(broken), "--data", str(data)], capsys
+    )
+    assert code == 2 and f"--model {broken}: '{broken / 'config.json'}'" in err
+    assert where in err
+    partial = tmp_path / ".out.partial"
+    partial.mkdir()
+    (partial / "run.json").write_text('{\n  "seed": 1,,\n}')
+    code, _, err = train_in_process([*argv, "--resume"], capsys)
+    assert code == 2 and f"'{partial / 'run.json'}' is not valid JSON" in err
+    assert "at line 2, column 13" in err
+
+
 def test_a_backup_of_another_configuration_is_not_resumed(tmp_path, capsys):
     data = write_lines(tmp_path / "lines.txt")
     partial = tmp_path / ".out.partial"
