@@ -8,11 +8,7 @@ import tensorflow as tf
 from keras_transformer import _validation as validation
 from keras_transformer.export import savedmodel
 from keras_transformer.generation import decode_function
-from keras_transformer.generation.samplers import (
-    GreedySampler,
-    Sampler,
-    TemperatureSampler,
-)
+from keras_transformer.generation.samplers import RequestSampler
 from keras_transformer.generation.speculative import speculative_decode_function
 from keras_transformer.models import CausalLM
 
@@ -106,15 +102,12 @@ def export_text_generator(
     path = savedmodel.check_path(path, overwrite)
     if max_new_tokens is None:
         max_new_tokens = limit - 1
-    if (
-        isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, int)
-        or not 1 <= max_new_tokens < limit
-    ):
+    max_new_tokens = validation.check_max_new_tokens(max_new_tokens)
+    if not 1 <= max_new_tokens < limit:
         raise ValueError(
-            "`max_new_tokens` must be an integer in [1, max_sequence_length - 1] "
-            f"(the model's max_sequence_length is {limit}, and a prompt needs "
-            f"at least one token). Received: max_new_tokens={max_new_tokens!r}"
+            "`max_new_tokens` must be in [1, max_sequence_length - 1] (the "
+            f"model's max_sequence_length is {limit}, and a prompt needs at "
+            f"least one token). Received: max_new_tokens={max_new_tokens!r}"
         )
     validation.check_bool("jit_compile", jit_compile)
     validation.check_positive_int(
@@ -135,7 +128,7 @@ def export_text_generator(
         batch = tf.shape(tokens)[0]
         source = tf.zeros([batch, 1], tf.int32)  # unused by a decoder-only model
         end_token_id = tf.constant(-1 if end_id is None else end_id, tf.int32)
-        sampler = _RequestSampler(temperature)
+        sampler = RequestSampler(temperature)
         if prompt_lookup_num_tokens is None:
             body = decode_function(model, sampler)
             return body(tokens, source, start, stop, end_token_id, seed)
@@ -194,41 +187,3 @@ def export_text_generator(
     return savedmodel.save(
         module, {"serving_default": generate, "generate": generate}, path
     )
-
-
-class _RequestSampler(Sampler):
-    """Greedy when the request's temperature is <= 0, else a sample from
-    softmax(logits / temperature); the temperature is a graph tensor."""
-
-    def __init__(self, temperature):
-        super().__init__()
-        self.request_temperature = temperature
-        self._greedy = GreedySampler()
-        self._sampler = TemperatureSampler()
-
-    def next_token(self, logits, seed):
-        temperature = self.request_temperature
-
-        def sample():
-            scaled = logits / temperature
-            # A huge temperature must not lift padding (id 0) off its floor.
-            is_padding = tf.range(tf.shape(logits)[-1]) == 0
-            scaled = tf.where(is_padding[None], tf.float32.min, scaled)
-            return self._sampler.next_token(scaled, seed)
-
-        return tf.cond(
-            temperature > 0, sample, lambda: self._greedy.next_token(logits, seed)
-        )
-
-    def distribution(self, logits):
-        """What `next_token` draws from, for speculative decoding."""
-        temperature = self.request_temperature
-        # Guarded so a temperature <= 0 never divides (the branch is unused).
-        safe = tf.where(temperature > 0, temperature, 1.0)
-        is_padding = tf.range(tf.shape(logits)[-1]) == 0
-        scaled = tf.where(is_padding[None], tf.float32.min, logits / safe)
-        return tf.where(
-            temperature > 0,
-            self._sampler.distribution(scaled),
-            self._greedy.distribution(logits),
-        )

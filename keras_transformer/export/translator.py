@@ -10,7 +10,7 @@ import tensorflow as tf
 from keras_transformer import _validation as validation
 from keras_transformer.export import savedmodel
 from keras_transformer.generation import decode_function
-from keras_transformer.generation.samplers import get_sampler
+from keras_transformer.generation.registry import get_sampler
 from keras_transformer.models import Seq2SeqLM
 
 # generation_config keys that are sampler options (the rest are generate's).
@@ -189,14 +189,11 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
     max_new_tokens = options["max_new_tokens"]
     if max_new_tokens is None:
         max_new_tokens = min(settings.get("max_new_tokens", limit - 1), limit - 1)
-    if (
-        isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, int)
-        or not 1 <= max_new_tokens < limit
-    ):
+    max_new_tokens = validation.check_max_new_tokens(max_new_tokens)
+    if not 1 <= max_new_tokens < limit:
         raise ValueError(
-            "`max_new_tokens` must be an integer in [1, max_sequence_length - 1] "
-            f"(the model's max_sequence_length is {limit}, and the start token "
+            "`max_new_tokens` must be in [1, max_sequence_length - 1] (the "
+            f"model's max_sequence_length is {limit}, and the start token "
             f"takes one position). Received: max_new_tokens={max_new_tokens!r}"
         )
     num_beams, length_penalty = options["num_beams"], options["length_penalty"]

@@ -1,19 +1,26 @@
-"""Autoregressive generation with a compiled KV cache, and its samplers."""
+"""Autoregressive generation with a compiled KV cache, and its samplers.
 
+Modules: `samplers` (the one-token loop, its options, greedy and sampling),
+`beam` and `beam_transformers` (beam search), `registry` (samplers by
+name), `loop` (graph helpers the loops share), `decode` (`generate` and the
+compiled decode loops), `speculative` (speculative and prompt-lookup
+decoding).
+"""
+
+from keras_transformer.generation.beam import BeamSampler
 from keras_transformer.generation.decode import (
     compiled_decode_fn,
     compiled_speculative_fn,
     decode_function,
     generate,
 )
+from keras_transformer.generation.registry import get_sampler
 from keras_transformer.generation.samplers import (
-    BeamSampler,
     GreedySampler,
     Sampler,
     TemperatureSampler,
     TopKSampler,
     TopPSampler,
-    get_sampler,
 )
 from keras_transformer.generation.speculative import speculative_decode_function
 

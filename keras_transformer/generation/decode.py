@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.generation.samplers import BeamSampler, Sampler, get_sampler
+from keras_transformer.generation.registry import get_sampler
 from keras_transformer.generation.speculative import speculative_decode_function
 from keras_transformer.models.decoding import CausalLM, Seq2SeqLM
 
@@ -112,26 +112,18 @@ def generate(
         prompt_lookup_num_tokens,
         prompt_lookup_max_ngram_size,
     )
-    if isinstance(max_new_tokens, bool) or not isinstance(
-        max_new_tokens, int | np.integer
-    ):
-        raise ValueError(
-            f"`max_new_tokens` must be an integer. Received: {max_new_tokens!r}"
-        )
-    if max_new_tokens < 0:
-        raise ValueError(
-            f"`max_new_tokens` must be >= 0. Received: max_new_tokens={max_new_tokens}"
-        )
+    max_new_tokens = validation.check_max_new_tokens(max_new_tokens)
     prompt, source = model.generation_inputs(inputs)
+    vocabulary_size = model.output_vocabulary_size
     if end_token_id is not None:
-        _check_end_token_id(end_token_id, model)
+        validation.check_token_id("end_token_id", end_token_id, vocabulary_size)
     elif sampler.force_end_token:
         raise ValueError(
             "`force_end_token=True` needs an `end_token_id`. "
             "Received: end_token_id=None"
         )
     for name, token_id in sampler.token_ids():
-        _check_token_id(name, token_id, model)
+        validation.check_token_id(name, token_id, vocabulary_size)
     batch, prompt_length = prompt.shape
     limit = model.max_sequence_length
     total = prompt_length + max_new_tokens
@@ -202,7 +194,12 @@ def compiled_speculative_fn(
     The function returns `(tokens, stats)`, `stats` being the int32 `(2,)`
     count of speculative steps and of the proposed tokens they kept."""
     functions = _COMPILED.setdefault(model, {})
-    key = (sampler.config(), "speculative", num_tokens, max_ngram_size)
+    # The proposer is part of the key: a model may be its own draft, and
+    # then draft and prompt lookup both belong to `model`.
+    if draft_model is None:
+        key = (sampler.config(), "prompt_lookup", num_tokens, max_ngram_size)
+    else:
+        key = (sampler.config(), "draft", num_tokens)
     drafts = functions.setdefault(key, weakref.WeakKeyDictionary())
     owner = model if draft_model is None else draft_model  # lookup: no draft
     if owner not in drafts:
@@ -239,7 +236,7 @@ def decode_function(model, sampler, use_cache=True):
         none.
     """
     check_generative(model, "model")
-    beams = sampler.num_beams if isinstance(sampler, BeamSampler) else 1
+    beams = sampler.num_rows  # rows per prompt: beam search's beams
 
     def decode(tokens, source, start, stop, end_token_id, seed):
         if beams > 1:
@@ -304,9 +301,7 @@ def _check_speculation(
             f"`{name}` works with decoder-only models (kt.models.CausalLM). "
             f"Received: model={validation.describe(model)}"
         )
-    if isinstance(sampler, BeamSampler) or (
-        type(sampler).distribution is Sampler.distribution
-    ):
+    if not sampler.supports_speculation:
         raise ValueError(
             f"`{name}` works with the greedy, temperature, top_k and top_p "
             f"samplers, not beam search. Received: sampler={type(sampler).__name__}"
@@ -324,37 +319,15 @@ def _check_speculation(
             "`draft_model` must be a kt.models.CausalLM (such as kt.models.GPT2). "
             f"Received: draft_model={validation.describe(draft_model)}"
         )
-    if draft_model.vocabulary_size != model.vocabulary_size:
+    if draft_model.output_vocabulary_size != model.output_vocabulary_size:
         raise ValueError(
             "`draft_model` must share the model's vocabulary: its "
-            f"vocabulary_size is {draft_model.vocabulary_size}, the model's "
-            f"{model.vocabulary_size}."
+            f"vocabulary_size is {draft_model.output_vocabulary_size}, the "
+            f"model's {model.output_vocabulary_size}."
         )
     num_tokens = 4 if num_tokens is None else num_tokens
     validation.check_positive_int("num_speculative_tokens", num_tokens)
     return {"num_tokens": num_tokens, "draft_model": draft_model}
-
-
-def _check_end_token_id(end_token_id, model):
-    _check_token_id("end_token_id", end_token_id, model)
-
-
-def _check_token_id(name, token_id, model):
-    vocabulary_size = (
-        model.vocabulary_size
-        if isinstance(model, CausalLM)
-        else model.decoder_vocabulary_size
-    )
-    if (
-        isinstance(token_id, bool)
-        or not isinstance(token_id, int | np.integer)
-        or not 0 < token_id < vocabulary_size
-    ):
-        raise ValueError(
-            f"`{name}` must be an integer in [1, {vocabulary_size}) (the "
-            "model's vocabulary; 0 is padding). "
-            f"Received: {name}={token_id!r}"
-        )
 
 
 def _pad(ids, length):

@@ -37,11 +37,7 @@ vocabulary.
 
 import tensorflow as tf
 
-from keras_transformer.generation.samplers import (
-    GreedySampler,
-    _never_padding,
-    _prompt_lengths,
-)
+from keras_transformer.generation import loop
 
 
 def speculative_decode_function(
@@ -66,8 +62,8 @@ def speculative_decode_function(
         step for the whole batch.
     """
     k = num_tokens
-    greedy = isinstance(sampler, GreedySampler)
-    vocabulary = model.vocabulary_size
+    greedy = sampler.is_greedy
+    vocabulary = model.output_vocabulary_size
     limits = [model.max_sequence_length]
     if draft_model is not None:
         limits.append(draft_model.max_sequence_length)
@@ -77,7 +73,7 @@ def speculative_decode_function(
         limit = min([length, *limits])
         batch = tf.shape(tokens)[0]
         prompt_mask = tokens != 0
-        prompt_lengths = _prompt_lengths(prompt_mask)
+        prompt_lengths = loop.prompt_lengths(prompt_mask)
         target = model.start_decoding(tokens, source, True)
         draft = () if draft_model is None else _start_draft(draft_model, tokens)
 
@@ -89,7 +85,7 @@ def speculative_decode_function(
         def distribution(logits, written, index):
             """The sampler's probabilities for position `index`, given the
             tokens `written` before it; one-hot on prompt positions."""
-            logits = _never_padding(tf.cast(logits, tf.float32), tf.float32.min)
+            logits = loop.never_padding(tf.cast(logits, tf.float32), tf.float32.min)
             scores = sampler.process(
                 logits / sampler.temperature,
                 written,
@@ -115,7 +111,7 @@ def speculative_decode_function(
             for j in range(k):
                 q = distribution(logits, tokens, index + j)
                 token = sample(q, seeds(j))
-                tokens = _write_column(tokens, index + j, token)
+                tokens = loop.write(tokens, index + j, token)
                 proposed.append(token)
                 probs.append(q)
                 if j < k - 1:
@@ -126,11 +122,11 @@ def speculative_decode_function(
             return tf.stack(proposed, 1), tf.stack(probs, 1), tokens, draft
 
         def propose_by_lookup(tokens, index):
-            proposed = _lookup(tokens, index, k, max_ngram_size)
+            proposed = lookup(tokens, index, k, max_ngram_size)
             columns = index + tf.range(k)
             in_prompt = tf.gather(prompt_mask, columns, axis=1)
             proposed = tf.where(in_prompt, tf.gather(tokens, columns, axis=1), proposed)
-            written = _write_columns(tokens, index, proposed)
+            written = loop.write_columns(tokens, index, proposed)
             return proposed, tf.one_hot(proposed, vocabulary), written
 
         def cond(tokens, target, draft, index, done, stats):
@@ -193,7 +189,7 @@ def speculative_decode_function(
             window = tf.where(ended | done[:, None], 0, window)
             write = new & (columns < stop)[None]
             current = tf.gather(tokens, columns, axis=1)
-            tokens = _write_columns(tokens, index, tf.where(write, window, current))
+            tokens = loop.write_columns(tokens, index, tf.where(write, window, current))
             done = done | tf.reduce_any(is_end & write, axis=1)
             done.set_shape(tokens.shape[:1])  # the loop keeps a static batch
             # Proposals past `stop` are not kept: they were never written.
@@ -231,13 +227,25 @@ def _start_draft(draft_model, tokens):
     return draft_model.start_decoding(tokens[:, :limit], None, True)
 
 
-def _lookup(tokens, index, k, max_ngram_size):
-    """Prompt lookup: for each row, the K tokens after the most recent
-    earlier occurrence of its last n tokens (the largest n that occurs,
-    from `max_ngram_size` down); zeros where nothing matches.
+def lookup(tokens, index, k, max_ngram_size):
+    """Prompt lookup's proposals: for each row, the `k` tokens after the most
+    recent earlier occurrence of its last n tokens (the largest n that
+    occurs, from `max_ngram_size` down to 1); zeros where nothing matches.
 
     An occurrence starting at `j` counts when its continuation starts at
-    `j + n <= index - 1`, a kept token, so it is not the suffix itself."""
+    `j + n <= index - 1`, a written token, so it is not the suffix itself.
+    The continuation is read from the buffer as it is (it may run past
+    `index - 1`, into what the row holds there).
+
+    Args:
+        tokens: int32 `(B, L)`, written before `index`.
+        index: int32 scalar, the first position to propose for.
+        k: how many tokens to propose.
+        max_ngram_size: the longest n tried.
+
+    Returns:
+        int32 `(B, k)`: the proposals for positions `index .. index + k - 1`.
+    """
     length = tokens.shape[1]
     starts = tf.range(length)
     found = tf.zeros([tf.shape(tokens)[0]], tf.bool)
@@ -261,20 +269,3 @@ def _sample(probs, seed):
     """One id per row drawn from `probs` `(B, V)` (an argmax when one-hot)."""
     logits = tf.where(probs > 0, tf.math.log(probs), -float("inf"))
     return tf.cast(tf.random.stateless_categorical(logits, 1, seed)[:, 0], tf.int32)
-
-
-def _write_column(tokens, index, values):
-    return _write_columns(tokens, index, values[:, None])
-
-
-def _write_columns(tokens, index, values):
-    """`tokens` with columns `index ..` set to `values` `(B, T)`."""
-    rows = tf.shape(values)[0]
-    width = tf.shape(values)[1]
-    row_ids = tf.broadcast_to(tf.range(rows)[:, None], [rows, width])
-    column_ids = tf.broadcast_to(index + tf.range(width)[None], [rows, width])
-    written = tf.tensor_scatter_nd_update(
-        tokens, tf.stack([row_ids, column_ids], axis=-1), values
-    )
-    written.set_shape(tokens.shape)
-    return written

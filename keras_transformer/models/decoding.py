@@ -4,6 +4,9 @@
 never look inside a model: they ask a `CausalLM` (decoder-only, like `GPT2`)
 or a `Seq2SeqLM` (encoder-decoder, like `Seq2Seq`) for
 
+- `output_vocabulary_size`: the size of the logits' last axis, the ids a
+  decode loop may generate (`vocabulary_size` of a `CausalLM`,
+  `decoder_vocabulary_size` of a `Seq2SeqLM`);
 - `generation_inputs(inputs)`: the checked numpy `(prompt, source)` of a
   `generate` call (`source` is None for a decoder-only model);
 - `start_decoding(tokens, source, use_cache)`: the decoding state after
@@ -57,6 +60,11 @@ class CausalLM(DecodingStateMixin, keras.Model):
         True
     """
 
+    @property
+    def output_vocabulary_size(self):
+        """The ids the model generates: its `vocabulary_size`."""
+        return self.vocabulary_size
+
     def generation_inputs(self, inputs):
         return token_ids("inputs", inputs, self.vocabulary_size), None
 
@@ -85,6 +93,11 @@ class Seq2SeqLM(DecodingStateMixin, keras.Model):
         >>> isinstance(model, kt.models.Seq2SeqLM), model.decoder_vocabulary_size
         (True, 9)
     """
+
+    @property
+    def output_vocabulary_size(self):
+        """The ids the model generates: its `decoder_vocabulary_size`."""
+        return self.decoder_vocabulary_size
 
     def generation_inputs(self, inputs):
         start = getattr(self, "decoder_start_token_id", None)

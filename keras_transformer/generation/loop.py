@@ -1,0 +1,93 @@
+"""Graph helpers every decode loop shares: the samplers' one-token loop,
+beam search and speculative decoding.
+
+All take and return fixed-shape tensors, so the loops that use them compile
+with XLA and export into a SavedModel.
+
+Shape legend: R rows of the buffer (B, or B * K for beam search), L buffer
+length, V vocabulary, T columns written at once.
+"""
+
+import tensorflow as tf
+
+INF = float("inf")
+
+
+def prompt_lengths(prompt_mask):
+    """Int32 `(R,)`: each row's prompt length (its True entries)."""
+    return tf.reduce_sum(tf.cast(prompt_mask, tf.int32), axis=1)
+
+
+def never_padding(logits, value):
+    """`logits` `(R, V)` with id 0 at `value`: token 0 is padding, and a live
+    sequence never emits it."""
+    is_padding = tf.range(tf.shape(logits)[-1]) == 0
+    return tf.where(is_padding[None], value, logits)
+
+
+def forced(token_id, vocabulary):
+    """`(1, V)` scores that force `token_id`: 0 there, -inf elsewhere."""
+    return tf.where(tf.one_hot(token_id, vocabulary)[None] > 0, 0.0, -INF)
+
+
+def write(tokens, index, values):
+    """`tokens` `(R, L)` with column `index` set to `values` `(R,)`."""
+    rows = tf.shape(tokens)[0]
+    written = tf.tensor_scatter_nd_update(
+        tokens, tf.stack([tf.range(rows), tf.fill([rows], index)], axis=1), values
+    )
+    written.set_shape(tokens.shape)
+    return written
+
+
+def write_columns(tokens, index, values):
+    """`tokens` `(R, L)` with columns `index ..` set to `values` `(R, T)`."""
+    rows = tf.shape(values)[0]
+    width = tf.shape(values)[1]
+    row_ids = tf.broadcast_to(tf.range(rows)[:, None], [rows, width])
+    column_ids = tf.broadcast_to(index + tf.range(width)[None], [rows, width])
+    written = tf.tensor_scatter_nd_update(
+        tokens, tf.stack([row_ids, column_ids], axis=-1), values
+    )
+    written.set_shape(tokens.shape)
+    return written
+
+
+def repeated_ngrams(tokens, index, n, vocabulary):
+    """Bool `(R, V)`: the tokens that would complete an n-gram already in
+    `tokens[:, :index]` (HF's NoRepeatNGramLogitsProcessor), fixed shapes.
+
+    The window starting at `j` holds `tokens[:, j : j + n]`; it is complete
+    when `j + n <= index`. If its first `n - 1` tokens equal the last `n - 1`
+    before `index`, its last token is banned."""
+    rows = tf.shape(tokens)[0]
+    length = tf.shape(tokens)[1]
+    starts = tf.range(length)
+    matches = starts[None] <= index - n  # (1, L): complete windows
+    for m in range(n - 1):
+        window = tf.gather(tokens, tf.minimum(starts + m, length - 1), axis=1)
+        before = tf.gather(tokens, tf.maximum(index - n + 1 + m, 0)[None], axis=1)
+        matches = tf.logical_and(matches, tf.equal(window, before))
+    last = tf.gather(tokens, tf.minimum(starts + n - 1, length - 1), axis=1)
+    matches = tf.broadcast_to(matches, tf.shape(last))
+    positions = tf.stack(
+        [tf.broadcast_to(tf.range(rows)[:, None], tf.shape(last)), last], axis=-1
+    )
+    counts = tf.scatter_nd(
+        tf.reshape(positions, [-1, 2]),
+        tf.reshape(tf.cast(matches, tf.int32), [-1]),
+        tf.stack([rows, vocabulary]),
+    )
+    return counts > 0
+
+
+def reorder(parent):
+    """A function that gathers rows by `parent` and keeps the static shape
+    (for `tf.while_loop` state, e.g. beam search's caches)."""
+
+    def gather(x):
+        gathered = tf.gather(x, parent)
+        gathered.set_shape(x.shape)
+        return gathered
+
+    return gather
