@@ -58,7 +58,15 @@ def train_on_two_local_workers(loop):
                 process.communicate()
 
 
+class KnownKerasFitBug(Exception):
+    """A worker's `fit` stopped at a known upstream bug (the worker matched
+    its message; any other failure fails the test instead)."""
+
+
 def check_in_sync(results, steps):
+    bugs = [r["upstream_bug"] for r in results if "upstream_bug" in r]
+    if bugs:
+        raise KnownKerasFitBug(bugs[0])
     assert [r["replicas"] for r in results] == [2, 2]
     # Both workers hold the same weights: gradients were all-reduced.
     assert results[0]["weights"] == results[1]["weights"]
@@ -70,8 +78,8 @@ def check_in_sync(results, steps):
 
 @pytest.mark.slow
 @pytest.mark.xfail(
-    strict=False,
-    raises=AssertionError,
+    strict=True,
+    raises=KnownKerasFitBug,
     reason=(
         "Keras 3 model.fit under MultiWorkerMirroredStrategy with more than one "
         "worker: keras-team/keras#20585 (open), tensorflow/tensorflow#72388. "
@@ -79,7 +87,9 @@ def check_in_sync(results, steps):
         "strategy.reduce('MEAN', batch) on the nested (x, y) batch (ValueError: "
         "Attempt to convert a value (PerReplica...)), and past that in "
         "reduce_per_replica, strategy.reduce('MEAN', scalar, axis=0) (Invalid "
-        "reduction dimension 0 for input with 0 dimensions)."
+        "reduction dimension 0 for input with 0 dimensions). Only those "
+        "messages count as the expected failure (scripts/multi_worker.py); "
+        "another error, workers out of sync, or a pass fails the test."
     ),
 )
 def test_multi_worker_mirrored_strategy_fit_trains_gpt_on_two_local_workers():

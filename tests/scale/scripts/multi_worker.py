@@ -4,7 +4,9 @@ for tests/scale/test_distribute.py; the cluster comes from TF_CONFIG.
     python multi_worker.py fit       # model.fit: 2 epochs of 3 steps
     python multi_worker.py custom    # a custom training loop: 6 steps
 
-Prints one JSON line: the losses and a hash of the final weights.
+Prints one JSON line: the losses and a hash of the final weights, or, when
+`fit` stops at a known Keras bug (KNOWN_FIT_BUGS, keras-team/keras#20585),
+the bug's message under "upstream_bug". Any other error fails the worker.
 """
 
 import hashlib
@@ -16,6 +18,14 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from tests.scale import common
+
+# What Keras 3's TensorFlow trainer raises under this strategy with more than
+# one worker: `_maybe_symbolic_build` reduces the nested (x, y) batch, and
+# past that `reduce_per_replica` reduces a scalar along axis 0.
+KNOWN_FIT_BUGS = (
+    "Attempt to convert a value (PerReplica:",
+    "Invalid reduction dimension 0 for input with 0 dimensions",
+)
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 x, y = common.data("gpt")
@@ -34,7 +44,13 @@ with strategy.scope():
     model.optimizer.build(model.trainable_variables)
 
 if sys.argv[1] == "fit":
-    history = model.fit(dataset, epochs=2, steps_per_epoch=3, verbose=0)
+    try:
+        history = model.fit(dataset, epochs=2, steps_per_epoch=3, verbose=0)
+    except (ValueError, tf.errors.InvalidArgumentError) as error:
+        if not any(bug in str(error) for bug in KNOWN_FIT_BUGS):
+            raise
+        print(json.dumps({"upstream_bug": str(error).splitlines()[0]}))
+        sys.exit(0)
     losses = history.history["loss"]
 else:
     loss_fn = kt.training.MaskedSparseCategoricalCrossentropy()
