@@ -8,6 +8,7 @@ import keras
 from keras_transformer import _validation as validation
 from keras_transformer.layers import PatchEmbedding, TransformerEncoderBlock
 from keras_transformer.models.base import (
+    _PLACEHOLDERS,
     ModelMixin,
     normal_initializer,
     preset_factory,
@@ -21,6 +22,15 @@ class ViT(ModelMixin, keras.Model):
     Patch embeddings with a class token and learned positions
     (`kt.layers.PatchEmbedding`), pre-LN encoder blocks with GELU, a final
     LayerNorm, and a linear classifier on the class token's state.
+
+    From scratch, every kernel (the patch projection, the blocks' dense
+    layers, the classifier) is drawn Glorot-uniform, as in the paper's
+    code and KerasHub's `ViTBackbone`; the class token and the positions
+    from N(0, 0.02²). BERT's N(0, 0.02²) kernels suit widths near 768;
+    at the small widths ViTs are trained from scratch with, they are
+    several times smaller than Glorot's and learn worse
+    (`benchmarks/vit_init.py`). A checkpoint's numbers overwrite every
+    draw.
 
     Args:
         image_size: side of the square input images.
@@ -106,7 +116,7 @@ class ViT(ModelMixin, keras.Model):
             hidden_dim,
             image_size=image_size,
             dropout=dropout,
-            kernel_initializer=normal_initializer(),
+            kernel_initializer=_glorot_uniform(),
             embeddings_initializer=normal_initializer(),
             name="patch_embedding",
         )
@@ -118,7 +128,7 @@ class ViT(ModelMixin, keras.Model):
                 activation="gelu",
                 normalize_first=True,
                 layer_norm_epsilon=layer_norm_epsilon,
-                kernel_initializer=normal_initializer(),
+                kernel_initializer=_glorot_uniform(),
                 name=f"transformer_layer_{i}",
             )
             for i in range(num_layers)
@@ -127,7 +137,7 @@ class ViT(ModelMixin, keras.Model):
             epsilon=layer_norm_epsilon, name="final_layer_norm"
         )
         self.classifier = keras.layers.Dense(
-            num_classes, kernel_initializer=normal_initializer(), name="classifier"
+            num_classes, kernel_initializer=_glorot_uniform(), name="classifier"
         )
         # === Functional model ===
         images = keras.Input((image_size, image_size, num_channels), name="images")
@@ -138,6 +148,14 @@ class ViT(ModelMixin, keras.Model):
         logits = self.classifier(x[:, 0, :])  # (B, num_classes): the class token
         super().__init__(images, logits, **{"name": "vit", **kwargs})
         self._set_config(**config)
+
+
+def _glorot_uniform():
+    """Glorot-uniform draws; zeros inside `placeholder_weights()`, as
+    `normal_initializer()` gives there."""
+    if getattr(_PLACEHOLDERS, "active", False):
+        return keras.initializers.Zeros()
+    return keras.initializers.GlorotUniform()
 
 
 @preset_factory(ViT)

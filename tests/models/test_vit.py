@@ -91,6 +91,36 @@ def test_a_permuted_batch_gives_permuted_logits():
     assert np.abs(logits[0] - logits[1]).max() > 1e-4
 
 
+def test_from_scratch_kernels_are_glorot_uniform_and_embeddings_small():
+    """Glorot-uniform kernels learn the digits better than N(0, 0.02²) at
+    small widths (benchmarks/vit_init.py); a checkpoint overwrites them."""
+    keras.utils.set_random_seed(0)
+    model = tiny_vit(hidden_dim=64, intermediate_dim=128, num_heads=4)
+    kernels = [v for v in model.weights if v.path.endswith("kernel")]
+    assert len(kernels) == 1 + 2 * 6 + 1  # projection, 6 per block, classifier
+    fans = {  # (fan in, fan out) as Keras counts them for each layer kind
+        "projection": (2 * 2 * 3, 2 * 2 * 64),  # Conv2D: times the window
+        "query": (64, 64), "key": (64, 64), "value": (64, 64),  # EinsumDense
+        "attention_output": (64, 64),
+        "feedforward_intermediate_dense": (64, 128),
+        "feedforward_output_dense": (128, 64),
+        "classifier": (64, 5),
+    }  # fmt: skip
+    for kernel in kernels:
+        value = to_numpy(kernel)
+        limit = np.sqrt(6 / sum(fans[kernel.path.split("/")[-2]]))
+        assert np.abs(value).max() <= limit, kernel.path
+        np.testing.assert_allclose(value.std(), limit / np.sqrt(3), rtol=0.1)
+    embedding = model.patch_embedding
+    for table in (embedding.class_embedding, embedding.position_embeddings):
+        value = to_numpy(table)
+        assert np.abs(value).max() <= 0.04  # N(0, 0.02²) truncated at 2σ
+        np.testing.assert_allclose(value.std(), 0.0176, rtol=0.2)
+    with placeholder_weights():  # from_pretrained assigns every weight
+        zeros = tiny_vit()
+    assert all(not to_numpy(v).any() for v in zeros.weights if "kernel" in v.path)
+
+
 def test_saving_round_trip_gives_identical_logits(tmp_path):
     model = tiny_vit(dropout=0.1)
     restored = run_model_saving_test(model, images(), tmp_path)
