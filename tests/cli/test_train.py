@@ -44,6 +44,26 @@ def weights(folder):
     return model, [np.asarray(w) for w in model.get_weights()]
 
 
+def printed_list(result, key, items):
+    """Whether `train` printed `items` as the list `key` (commands.py's
+    layout: one indented item a line, `---` between multi-line items)."""
+    multiline = any("\n" in item for item in items)
+    block = ("  ---\n" if multiline else "").join(
+        "  " + item.replace("\n", "\n  ") + "\n" for item in items
+    )
+    return f"{key}:\n{block}" in result.stdout
+
+
+def scheduled_learning_rate(step, peak, steps):
+    """The CLI's schedule (recipes.Run._optimizer), written out: linear
+    warm-up over min(100, steps // 10) steps, then cosine decay to peak / 10."""
+    warmup, final = min(100, steps // 10), peak / 10
+    if step < warmup:
+        return peak * step / warmup
+    progress = (step - warmup) / (steps - warmup)
+    return final + (peak - final) * 0.5 * (1 + np.cos(np.pi * progress))
+
+
 def write_lines(path, count=200):
     lines = ["the cat sat on the mat.", "a dog ran in the park!", "éàü 猫 кот"]
     path.write_text("\n".join(lines[i % 3] for i in range(count)) + "\n")
@@ -168,7 +188,7 @@ def test_each_flag_changes_what_it_says(tmp_path):
         "--context", "12", "--dropout", "0.25", "--tokenizer", "bpe",
         "--vocabulary-size", "300", "--batch-size", "3", "--learning-rate", "0.01",
         "--steps", "4", "--eval-every", "2", "--precision", "mixed_bfloat16",
-        "--seed", "7", "--samples", "1",
+        "--seed", "7", "--samples", "2",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     import keras_transformer as kt
@@ -197,6 +217,9 @@ def test_each_flag_changes_what_it_says(tmp_path):
     )
     assert config["results"]["steps"] == 4
     assert config["results"]["tokens seen"] == 4 * 3 * 12
+    samples = config["results"]["samples"]
+    assert len(samples) == 2 and all(samples), samples
+    assert printed_list(result, "samples", samples), result.stdout[-2000:]
     with open(out / "history.csv") as f:
         rows = list(csv.DictReader(f))
     assert [int(r["step"]) for r in rows] == [2, 4]
@@ -252,9 +275,22 @@ def test_from_a_checkpoint_starts_at_the_library_loss(tmp_path):
     np.testing.assert_allclose(
         cli_loss, float(keras.ops.convert_to_numpy(loss)), rtol=1e-5
     )
-    # The fine-tuned model keeps the checkpoint's architecture and tokenizer.
+    # The fine-tuned model is the checkpoint's, a few small steps further:
+    # its sizes, and token embeddings that still correlate with the
+    # checkpoint's (a fresh model of the same sizes does not).
     tuned, _ = weights(out)
-    assert tuned.get_config()["num_layers"] == model.get_config()["num_layers"]
+    for key in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim"):
+        assert tuned.get_config()[key] == model.get_config()[key], key
+    assert (tuned.num_layers, tuned.num_heads, tuned.hidden_dim) == (2, 2, 16)
+    fresh = kt.models.GPT2.from_config(model.get_config())
+
+    def token_embeddings(gpt):
+        return np.asarray(gpt.embeddings.token_embedding.embeddings).ravel()
+
+    checkpoint = token_embeddings(model)
+    assert not np.array_equal(token_embeddings(tuned), checkpoint)  # it trained
+    assert np.corrcoef(token_embeddings(tuned), checkpoint)[0, 1] > 0.99
+    assert abs(np.corrcoef(token_embeddings(fresh), checkpoint)[0, 1]) < 0.1
     assert result.stdout.count("fine-tuning") == 1
     # evaluate on the held-out file gives the held-out loss train printed.
     scored = run("evaluate", "--model", str(out), "--data", str(data))
@@ -301,6 +337,8 @@ def test_resume_after_a_kill_gives_the_weights_of_an_uninterrupted_run(tmp_path)
     ]  # fmt: skip
     whole = run("train", "gpt2", "--output", str(tmp_path / "whole"), *flags)
     assert whole.returncode == 0, whole.stderr[-3000:]
+    with open(tmp_path / "whole" / "config.json") as f:
+        assert json.load(f)["results"]["samples"] == []  # --samples 0
     out = tmp_path / "killed"
     metadata = tmp_path / ".killed.partial" / "run" / "backup"
     process = subprocess.Popen(
@@ -323,8 +361,15 @@ def test_resume_after_a_kill_gives_the_weights_of_an_uninterrupted_run(tmp_path)
     for a, b in zip(actual, expected, strict=True):
         np.testing.assert_array_equal(a, b)
     with open(out / "history.csv") as f:
-        steps = [int(r["step"]) for r in csv.DictReader(f)]
-    assert steps == list(range(20, 401, 20))  # one row per interval, none twice
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows] == list(range(20, 401, 20))  # none twice
+    # The learning rate after each interval's last step is the schedule's
+    # there: warm-up to 2e-3 at step 40, cosine decay to 2e-4 at step 400.
+    for row in rows:
+        expected = scheduled_learning_rate(int(row["step"]), 2e-3, 400)
+        assert float(row["learning_rate"]) == pytest.approx(expected, rel=1e-6)
+    assert float(rows[0]["learning_rate"]) == pytest.approx(1e-3, rel=1e-6)
+    assert float(rows[-1]["learning_rate"]) == pytest.approx(2e-4, rel=1e-6)
     assert not os.path.exists(tmp_path / ".killed.partial")
 
 
@@ -361,9 +406,13 @@ def test_evaluate_reports_bleu_and_chrf_of_a_translator(tmp_path):
     out = tmp_path / "out"
     result = run(
         "train", "seq2seq", "--data", str(data), "--output", str(out),
-        "--steps", "150", "--tokenizer", "char",
+        "--steps", "150", "--tokenizer", "char", "--samples", "2",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    with open(out / "config.json") as f:
+        examples = json.load(f)["results"]["examples"]
+    assert len(examples) == 2 and all(" -> les " in e for e in examples), examples
+    assert printed_list(result, "examples", examples), result.stdout[-2000:]
     assert float(printed(result, "held-out exact-match accuracy")) == 1.0
     assert float(printed(result, "held-out BLEU")) == 100.0  # 4-grams: 5 words
     test = tmp_path / "test.tsv"
