@@ -7,18 +7,21 @@ from keras_transformer.layers.attention import (
 )
 from keras_transformer.layers.decoder import DecoderBlock, TransformerDecoderBlock
 from keras_transformer.layers.encoder import TransformerEncoderBlock
+from keras_transformer.layers.heads import LogitsBias, exclude_padding_logit
 from keras_transformer.layers.masking import causal_mask
 from keras_transformer.layers.patch import PatchEmbedding
 from keras_transformer.layers.position import PositionalEmbedding, sinusoidal_encoding
 
 __all__ = [
     "DecoderBlock",
+    "LogitsBias",
     "MultiHeadAttention",
     "PatchEmbedding",
     "PositionalEmbedding",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "causal_mask",
+    "exclude_padding_logit",
     "gelu_approximate",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",

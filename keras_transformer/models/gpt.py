@@ -9,6 +9,7 @@ from keras_transformer import _validation as validation
 from keras_transformer.layers import (
     PositionalEmbedding,
     TransformerDecoderBlock,
+    exclude_padding_logit,
     gelu_approximate,
 )
 from keras_transformer.models.base import (
@@ -52,7 +53,8 @@ class GPT2(ModelMixin, CausalLM):
 
     Returns:
         float32 logits `(B, T, vocabulary_size)`; position t predicts token
-        t + 1.
+        t + 1. The padding id's logit, `[..., 0]`, is -1e9: padding takes no
+        part in the softmax (`kt.layers.exclude_padding_logit`).
 
     Layers (attributes): `embeddings` (`kt.layers.PositionalEmbedding`),
     `embeddings_dropout`, `blocks` (a list of
@@ -159,6 +161,7 @@ class GPT2(ModelMixin, CausalLM):
                 updated.append(cache)
         x = self.final_layer_norm(x)
         logits = self.embeddings(x, reverse=True)  # (B, T, V), tied weights
+        logits = exclude_padding_logit(logits)  # id 0 is padding, not a token
         return logits, (updated if caches is not None else None)
 
     def start_decoding(self, tokens, source, use_cache):

@@ -9,9 +9,11 @@ from keras import ops
 
 from keras_transformer import _validation as validation
 from keras_transformer.layers import (
+    LogitsBias,
     PositionalEmbedding,
     TransformerDecoderBlock,
     TransformerEncoderBlock,
+    exclude_padding_logit,
 )
 from keras_transformer.models.base import ModelMixin, check_sizes, preset_factory
 from keras_transformer.models.decoding import Seq2SeqLM, empty_caches
@@ -72,7 +74,8 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
             int.
 
     Returns:
-        float32 logits `(B, T, V)`.
+        float32 logits `(B, T, V)`; the padding id's, `[..., 0]`, is -1e9
+        (`kt.layers.exclude_padding_logit`).
 
     Layers (attributes): `encoder_embeddings` and `decoder_embeddings`
     (`kt.layers.PositionalEmbedding`, one object when the vocabulary is
@@ -80,8 +83,8 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
     `decoder_embeddings_layer_norm` (None without `embedding_layer_norm`),
     `encoder_embeddings_dropout`, `encoder_blocks`,
     `decoder_embeddings_dropout`, `decoder_blocks`, `output_dense`
-    (None when tied) and `output_bias` (a `LogitsBias`, None without
-    `logits_bias`).
+    (None when tied) and `output_bias` (a `kt.layers.LogitsBias`, None
+    without `logits_bias`).
 
     Examples:
         >>> import numpy as np
@@ -251,7 +254,7 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
             )
         self.output_bias = None
         if logits_bias:
-            self.output_bias = LogitsBias(name="logits_bias")
+            self.output_bias = LogitsBias(dtype="float32", name="logits_bias")
         # === Functional model ===
         inputs = {
             "encoder_token_ids": keras.Input(
@@ -325,6 +328,7 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
             logits = self.output_dense(y)
         if self.output_bias is not None:
             logits = self.output_bias(logits)
+        logits = exclude_padding_logit(logits)  # id 0 is padding, not a token
         return logits, (updated if caches is not None else None)
 
     def start_decoding(self, tokens, source, use_cache):
@@ -371,24 +375,6 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
             context_padding_mask=context_mask,
         )
         return logits[:, 0], (caches, cross, context_mask)
-
-
-@keras.saving.register_keras_serializable(package="keras_transformer")
-class LogitsBias(keras.layers.Layer):
-    """Adds a learned bias `(V,)` to float32 logits `(..., V)` (what Hugging
-    Face's Marian and BART call `final_logits_bias`; zeros at first)."""
-
-    def build(self, inputs_shape):
-        self.bias = self.add_weight(
-            name="bias", shape=(inputs_shape[-1],), initializer="zeros", dtype="float32"
-        )
-        self.built = True
-
-    def call(self, inputs):
-        return ops.cast(inputs, "float32") + self.bias
-
-    def compute_output_shape(self, inputs_shape):
-        return inputs_shape
 
 
 @preset_factory(Seq2Seq)

@@ -10,8 +10,9 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
 
     Positions whose label is `ignore_id` (0, padding, by default) contribute
     nothing and are not counted. With `label_smoothing=ε` the target puts
-    `1 - ε` on the label and spreads `ε` uniformly over the vocabulary, as in
-    "Attention Is All You Need" (ε = 0.1).
+    `1 - ε` on the label and spreads `ε` uniformly over the vocabulary but
+    `ignore_id`, which is never a target, as in "Attention Is All You Need"
+    (ε = 0.1) and the Annotated Transformer.
 
     Args:
         from_logits: whether `y_pred` are logits (True) or probabilities.
@@ -58,7 +59,14 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
             ops.take_along_axis(log_probs, y_true[..., None], axis=-1), -1
         )
         if self.label_smoothing:
-            uniform = -ops.mean(log_probs, axis=-1)
+            # Spread over the real tokens: not over `ignore_id`, which is
+            # never a target (and whose logit our language models set to
+            # -1e9, see `kt.layers.exclude_padding_logit`).
+            vocabulary = ops.shape(log_probs)[-1]
+            real = ops.cast(
+                ops.not_equal(ops.arange(vocabulary), self.ignore_id), "float32"
+            )
+            uniform = -ops.sum(log_probs * real, axis=-1) / ops.sum(real)
             nll = (1.0 - self.label_smoothing) * nll + self.label_smoothing * uniform
         weights = ops.cast(ops.not_equal(y_true, self.ignore_id), "float32")
         # One value per batch: the mean over real tokens, not over all slots.

@@ -1,3 +1,6 @@
+import json
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -6,6 +9,7 @@ import keras_transformer as kt
 from tests.helpers import run_model_saving_test, to_numpy
 
 VOCAB = 12
+FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
 
 
 def tiny_gpt(**kwargs):
@@ -66,7 +70,11 @@ def test_logits_are_float32_and_tied_to_the_token_embedding():
     assert logits.dtype == "float32"
     # Tied: logits = h · Eᵀ with the token embedding table, by value.
     table = to_numpy(model.embeddings.token_embedding.embeddings)
-    np.testing.assert_allclose(logits, hidden @ table.T, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        logits[..., 1:], hidden @ table[1:].T, rtol=1e-4, atol=1e-5
+    )
+    # Padding (row 0) is no token: its logit is excluded from the softmax.
+    np.testing.assert_array_equal(logits[..., 0], -1e9)
     assert not any(tuple(w.shape) == (32, VOCAB) for w in model.weights)
 
 
@@ -124,3 +132,26 @@ def test_fit_traces_the_training_step_once_with_keras_updates():
     assert our_traces == 1
     for a, b in zip(ours.get_weights(), reference.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_fine_tuning_loss_equals_transformers_and_never_moves_the_padding_row():
+    # transformers' GPT2LMHeadModel loss on a right-padded batch (labels -100
+    # at padding), made by tests/fixtures/make_gpt2_loss_fixture.py. Our ids
+    # are GPT-2's plus one with 0 as padding, and the documented recipe is
+    # inputs ids[:, :-1], labels ids[:, 1:] and the masked loss.
+    with open(os.path.join(FIXTURES, "gpt2_tiny_loss.json")) as file:
+        ref = json.load(file)
+    ids = np.array(ref["ids"]) + 1
+    ids[np.arange(ids.shape[1])[None] >= np.array(ref["lengths"])[:, None]] = 0
+    x, y = ids[:, :-1], ids[:, 1:]
+    model = kt.models.from_pretrained(os.path.join(FIXTURES, "hf", "gpt2_tiny"))
+    loss = kt.training.MaskedSparseCategoricalCrossentropy()
+    assert float(loss(y, model(x))) == pytest.approx(ref["loss"], rel=1e-6)
+
+    table = model.embeddings.token_embedding.embeddings
+    before = to_numpy(table)
+    model.compile(optimizer=keras.optimizers.SGD(1.0), loss=loss)
+    model.train_on_batch(x, y)
+    after = to_numpy(table)
+    np.testing.assert_array_equal(after[0], before[0])  # padding: no gradient
+    assert np.abs(after[1:] - before[1:]).max() > 1e-4  # real tokens learn

@@ -24,6 +24,10 @@ FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
 def test_files_saved_by_the_last_release_load_with_identical_outputs(name):
     expected = np.load(os.path.join(FIXTURES, "release_outputs.npz"))[name]
     model = keras.saving.load_model(os.path.join(FIXTURES, f"release_{name}.keras"))
-    np.testing.assert_allclose(
-        to_numpy(model(inputs()[name])), expected, rtol=0, atol=1e-6
-    )
+    actual = to_numpy(model(inputs()[name]))
+    if name in ("gpt2", "seq2seq"):
+        # Since then the padding id's logit is -1e9 (out of the softmax); the
+        # logits of every real token are those the release saved with.
+        np.testing.assert_array_equal(actual[..., 0], -1e9)
+        actual, expected = actual[..., 1:], expected[..., 1:]
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-6)

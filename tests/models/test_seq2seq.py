@@ -81,11 +81,14 @@ def test_output_projection_default_and_round_trip(
     assert logits.shape == (2, 7, target_vocabulary_size or VOCAB)
     table = to_numpy(model.decoder_embeddings.token_embedding.embeddings)
     through_embedding = hidden @ table.T  # (B, T, V): logits = h · Eᵀ
+    # Padding (id 0) is no token: its logit is out of the softmax.
+    np.testing.assert_array_equal(logits[..., 0], -1e9)
+    logits, through_embedding = logits[..., 1:], through_embedding[..., 1:]
     if tied:
         np.testing.assert_allclose(logits, through_embedding, rtol=1e-4, atol=1e-4)
         assert model.output_dense is None
     else:
-        kernel, bias = (to_numpy(w) for w in model.output_dense.weights)
+        kernel, bias = (to_numpy(w)[..., 1:] for w in model.output_dense.weights)
         np.testing.assert_allclose(logits, hidden @ kernel + bias, rtol=1e-4, atol=1e-4)
         assert not np.allclose(logits, through_embedding, atol=1e-2)
     shared = target_vocabulary_size is None

@@ -1,7 +1,9 @@
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras_transformer as kt
+from tests.helpers import to_numpy
 
 
 def test_transformer_schedule_is_the_paper_formula():
@@ -34,7 +36,8 @@ def test_masked_loss_matches_numpy(smoothing):
     loss = kt.training.MaskedSparseCategoricalCrossentropy(label_smoothing=smoothing)
     log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     nll = -np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
-    per_token = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
+    # Smoothing spreads over the real tokens 1..4, not over padding (id 0).
+    per_token = (1 - smoothing) * nll - smoothing * log_probs[..., 1:].mean(-1)
     expected = per_token[labels != 0].mean()
     assert float(loss(labels, logits)) == pytest.approx(expected, rel=1e-5)
     config = loss.get_config()
@@ -68,9 +71,27 @@ def test_masked_loss_with_another_ignore_id():
 def test_masked_loss_of_an_all_padding_batch_is_zero():
     # No real token: nothing contributes and the count is clamped to 1, so
     # the loss is 0 (not 0 / 0 = NaN) and its gradients are 0.
-    logits = np.random.default_rng(0).normal(size=(2, 3, 5)).astype("float32")
+    logits = tf.Variable(
+        np.random.default_rng(0).normal(size=(2, 3, 5)).astype("float32")
+    )
     loss = kt.training.MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
-    assert float(loss(np.zeros((2, 3), "int32"), logits)) == 0.0
+    with tf.GradientTape() as tape:
+        value = loss(np.zeros((2, 3), "int32"), logits)
+    assert float(value) == 0.0
+    np.testing.assert_array_equal(tape.gradient(value, logits), np.zeros((2, 3, 5)))
+
+
+def test_label_smoothing_stays_finite_with_an_excluded_padding_logit():
+    # Our language models give padding the logit -1e9; smoothing must not
+    # spread onto it (that would add ~1e8 per token).
+    logits = np.random.default_rng(1).normal(size=(1, 3, 5)).astype("float32")
+    labels = np.array([[2, 4, 1]])
+    loss = kt.training.MaskedSparseCategoricalCrossentropy(label_smoothing=0.1)
+    excluded = to_numpy(kt.layers.exclude_padding_logit(logits))
+    log_probs = logits[..., 1:] - np.log(np.exp(logits[..., 1:]).sum(-1, keepdims=True))
+    nll = -np.take_along_axis(log_probs, labels[..., None] - 1, -1)[..., 0]
+    expected = (0.9 * nll - 0.1 * log_probs.mean(-1)).mean()
+    assert float(loss(labels, excluded)) == pytest.approx(expected, rel=1e-5)
 
 
 @pytest.mark.parametrize("smoothing", [1.0, -0.1, 1.5])
