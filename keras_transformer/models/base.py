@@ -2,9 +2,10 @@
 and presets.
 
 A model class derives from `ModelMixin`, sets `family` (the presets' name
-for it, e.g. `"gpt2"`) and gets `get_config`, `from_config` and
-`from_preset`; `preset_factory` turns a thin factory function into one that
-also accepts a preset name.
+for it, e.g. `"gpt2"`) and gets `get_config` (with the dtype policy its
+layers were built under), `from_config` and `from_preset`;
+`preset_factory` turns a thin factory function into one that also accepts
+a preset name.
 """
 
 import contextlib
@@ -75,6 +76,24 @@ def placeholder_weights():
         _PLACEHOLDERS.active = before
 
 
+@contextlib.contextmanager
+def global_dtype_policy(name):
+    """Sets Keras' global dtype policy to `name` inside (None: unchanged).
+
+    Our models' layers take the global policy when they are built (none is
+    given one but the float32 heads), so a model rebuilt from its config
+    must be built under the policy it was built under, not the one that
+    happens to be global when a `.keras` file is loaded.
+    """
+    before = keras.config.dtype_policy()
+    if name is not None:
+        keras.config.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(before)
+
+
 class FitMixin:
     """`fit` that builds the optimizer's variables before the first step.
 
@@ -108,14 +127,22 @@ class ModelMixin(FitMixin):
         for name, value in arguments.items():
             setattr(self, name, value)
         self._config_names = tuple(arguments)
+        self._built_policy = keras.config.dtype_policy().name
 
     def get_config(self):
-        config = {"name": self.name, "trainable": self.trainable}
+        config = {
+            "name": self.name,
+            "trainable": self.trainable,
+            "dtype_policy": self._built_policy,  # e.g. "mixed_float16"
+        }
         return {**config, **{name: getattr(self, name) for name in self._config_names}}
 
     @classmethod
     def from_config(cls, config):
-        return cls(**config)
+        config = dict(config)
+        # Files saved before 0.2 have no policy: the global one, as then.
+        with global_dtype_policy(config.pop("dtype_policy", None)):
+            return cls(**config)
 
     @classmethod
     def presets(cls):

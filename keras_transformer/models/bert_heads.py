@@ -9,7 +9,11 @@ C classes.
 import keras
 from keras import ops
 
-from keras_transformer.models.base import FitMixin, normal_initializer
+from keras_transformer.models.base import (
+    FitMixin,
+    global_dtype_policy,
+    normal_initializer,
+)
 from keras_transformer.models.bert import BERT
 
 
@@ -27,19 +31,24 @@ class BERTHead(FitMixin, keras.Model):
     def __init__(self, backbone, inputs, outputs, **kwargs):
         super().__init__(inputs, outputs, **kwargs)
         self.backbone = backbone
+        self._built_policy = keras.config.dtype_policy().name
 
     def get_config(self):
         return {
             "name": self.name,
             "trainable": self.trainable,
+            "dtype_policy": self._built_policy,
             "backbone": keras.saving.serialize_keras_object(self.backbone),
         }
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
+        with global_dtype_policy(config.pop("dtype_policy", None)):
+            config["backbone"] = keras.saving.deserialize_keras_object(
+                config["backbone"]
+            )
+            return cls(**config)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

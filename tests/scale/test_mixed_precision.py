@@ -46,3 +46,27 @@ def test_mixed_precision_training_tracks_float32(family, policy):
     assert logits.dtype == "float32"
     assert np.all(np.isfinite(to_numpy(logits)))
     assert all(np.all(np.isfinite(w)) for w in model.get_weights())
+
+
+@pytest.mark.parametrize("family", common.FAMILIES)
+@pytest.mark.parametrize("saved_under", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_files_reload_with_their_policy(family, saved_under, tmp_path):
+    with common.dtype_policy(saved_under):
+        model = common.build(family)
+    x, _ = common.data(family)
+    expected = to_numpy(model(x))
+    model.save(tmp_path / "model.keras")
+    # Loaded under float32 (the global default): the file's policy wins.
+    restored = keras.saving.load_model(tmp_path / "model.keras")
+    compute_dtype = saved_under.removeprefix("mixed_")
+    output_bias = getattr(restored, "mlm_bias", None)
+    layers = [layer for layer in restored.layers if layer.weights]
+    assert {
+        layer.dtype_policy.name for layer in layers if layer is not output_bias
+    } == {saved_under}
+    assert {layer.compute_dtype for layer in layers if layer is not output_bias} == {
+        compute_dtype
+    }
+    assert {v.dtype for v in restored.weights} == {"float32"}
+    np.testing.assert_array_equal(to_numpy(restored(x)), expected)
+    assert keras.config.dtype_policy().name == "float32"  # left as it was
