@@ -23,6 +23,8 @@ import importlib.resources
 
 import numpy as np
 
+from keras_transformer.text import files
+
 MAX_LINE_CHARACTERS = 100_000
 
 
@@ -45,7 +47,8 @@ def read_text(path):
 
 
 def read_tsv(path, columns=2):
-    """The rows of a TSV file and the number of over-long lines skipped.
+    """The rows of a TSV file and the number of over-long lines skipped:
+    `kt.text.read_tsv` with lines over `MAX_LINE_CHARACTERS` left out.
 
     Returns `(rows, skipped)`: `rows` a list of `(line number, fields)`, with
     at least `columns` fields each, and `skipped` the count of lines over
@@ -53,25 +56,10 @@ def read_tsv(path, columns=2):
     lines are skipped silently.
 
     Raises:
+        FileNotFoundError: `path` is not a file.
         ValueError: a line has fewer than `columns` tab-separated fields.
     """
-    rows, skipped = [], 0
-    with open(path, encoding="utf-8", errors="replace", newline="") as f:
-        for number, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            if len(line) > MAX_LINE_CHARACTERS:
-                skipped += 1
-                continue
-            fields = line.split("\t")
-            if len(fields) < columns:
-                raise ValueError(
-                    f"{path}, line {number}: expected {columns} tab-separated "
-                    f"fields, found {len(fields)}. Received: {line[:80]!r}"
-                )
-            rows.append((number, fields))
-    return rows, skipped
+    return files.read_tsv(path, columns, max_line_characters=MAX_LINE_CHARACTERS)
 
 
 _ONES = "zero one two three four five six seven eight nine".split()

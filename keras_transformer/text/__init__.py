@@ -11,6 +11,7 @@ from keras_transformer.text.files import (
     load_labeled_text,
     load_text,
     load_text_pairs,
+    read_tsv,
 )
 from keras_transformer.text.hf_tokenizers import tokenizer_from_pretrained
 from keras_transformer.text.masking import MaskedLMMaskGenerator
@@ -56,6 +57,7 @@ __all__ = [
     "masked_lm_dataset",
     "pack_segments",
     "pack_seq2seq",
+    "read_tsv",
     "tokenizer_from_pretrained",
     "train_sentencepiece",
     "translation_dataset",

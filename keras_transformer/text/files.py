@@ -24,17 +24,48 @@ def _check_file(path):
     return path
 
 
-def _tsv_rows(path, columns):
-    """`(line number, fields)` of each non-empty line, split on tabs.
+def read_tsv(path, columns=2, max_line_characters=None):
+    """The rows of a UTF-8 tab-separated file, the one TSV reader of the
+    library (`load_text_pairs`, `load_labeled_text` and the CLI's data
+    files read through it).
 
-    Invalid UTF-8 bytes decode as U+FFFD. A line with fewer than `columns`
-    fields raises a ValueError naming the file and line.
+    Invalid UTF-8 bytes decode as U+FFFD; empty (or whitespace-only) lines
+    are skipped silently.
+
+    Args:
+        path: the file.
+        columns: the fewest tab-separated fields a line may have.
+        max_line_characters: lines longer than this are left out and
+            counted, never truncated (so a label is never cut off); `None`
+            keeps every line.
+
+    Returns:
+        `(rows, skipped)`: `rows` a list of `(line number, fields)` and
+        `skipped` the number of over-long lines left out.
+
+    Raises:
+        FileNotFoundError: `path` is not a file.
+        ValueError: a line has fewer than `columns` fields (the message
+            names the file and line).
+
+    Examples:
+        >>> import os, tempfile
+        >>> import keras_transformer as kt
+        >>> path = os.path.join(tempfile.mkdtemp(), "pairs.tsv")
+        >>> with open(path, "w") as f:
+        ...     _ = f.write("a\tb\n\nc\td\te\n")
+        >>> kt.text.read_tsv(path)
+        ([(1, ['a', 'b']), (3, ['c', 'd', 'e'])], 0)
     """
     path = _check_file(path)
+    rows, skipped = [], 0
     with open(path, encoding="utf-8", errors="replace", newline="") as f:
         for number, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
             if not line.strip():
+                continue
+            if max_line_characters is not None and len(line) > max_line_characters:
+                skipped += 1
                 continue
             fields = line.split("\t")
             if len(fields) < columns:
@@ -42,7 +73,8 @@ def _tsv_rows(path, columns):
                     f"{path}, line {number}: expected {columns} tab-separated "
                     f"fields, found {len(fields)}. Received: {line[:80]!r}"
                 )
-            yield number, fields
+            rows.append((number, fields))
+    return rows, skipped
 
 
 def load_text(path, skip_empty=True):
@@ -84,7 +116,7 @@ def load_text_pairs(path):
         FileNotFoundError: `path` does not exist.
         ValueError: a line has no tab (the message names the file and line).
     """
-    pairs = [fields[:2] for _, fields in _tsv_rows(path, 2)]
+    pairs = [fields[:2] for _, fields in read_tsv(path)[0]]
     sources = [source for source, _ in pairs]
     targets = [target for _, target in pairs]
     return tf.data.Dataset.from_tensor_slices(
@@ -109,7 +141,7 @@ def load_labeled_text(path, class_names=None):
         ValueError: a line has no tab, or a label not in `class_names` (the
             message names the file and line).
     """
-    rows = list(_tsv_rows(path, 2))
+    rows, _ = read_tsv(path)
     labels = [fields[-1].strip() for _, fields in rows]
     if class_names is None:
         class_names = sorted(set(labels))

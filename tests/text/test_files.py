@@ -1,3 +1,4 @@
+import gzip
 import hashlib
 import os
 import pathlib
@@ -134,11 +135,29 @@ def test_imdb_download_is_verified_before_it_is_extracted(monkeypatch, tmp_path)
         assert f.read() == "A fine film."
 
 
-SHARED = pathlib.Path(__file__).parents[3] / "shared" / "data" / "tinyshakespeare.txt"
+PACKAGED = pathlib.Path(kt.__file__).parent / "cli" / "data" / "tinyshakespeare.txt.gz"
 
 
-@pytest.mark.skipif(not SHARED.exists(), reason="no shared Tiny Shakespeare copy")
-def test_the_pinned_digest_is_the_shared_tiny_shakespeare():
-    assert sha256(SHARED) == files.TINY_SHAKESPEARE_SHA256
+def test_the_pinned_digest_is_the_packaged_tiny_shakespeare():
+    # The corpus shipped with the package is the pinned download, byte for byte.
+    text = gzip.decompress(PACKAGED.read_bytes())
+    assert hashlib.sha256(text).hexdigest() == files.TINY_SHAKESPEARE_SHA256
     assert files.TINY_SHAKESPEARE_URL.startswith("https://")
     assert files.IMDB_URL.startswith("https://")
+
+
+def test_read_tsv_rows_skipped_lines_and_errors(tmp_path):
+    path = write(tmp_path, "a.tsv", "a\tb\r\n\n  \nc\td\te\n" + "x" * 9 + "\tlong\n")
+    assert kt.text.read_tsv(path) == (
+        [(1, ["a", "b"]), (4, ["c", "d", "e"]), (5, ["x" * 9, "long"])],
+        0,
+    )
+    # Over-long lines are left out and counted, never cut.
+    assert kt.text.read_tsv(path, max_line_characters=13) == (
+        [(1, ["a", "b"]), (4, ["c", "d", "e"])],
+        1,
+    )
+    with pytest.raises(ValueError, match="line 1: expected 3 tab-separated"):
+        kt.text.read_tsv(path, columns=3)
+    with pytest.raises(FileNotFoundError, match="missing.tsv"):
+        kt.text.read_tsv(tmp_path / "missing.tsv")
