@@ -30,7 +30,7 @@ _SPACE = (
 )
 _SPACES = rf"[{_SPACE}]+"
 # GPT-2's pattern without its whitespace alternatives `\s+(?!\S)|\s+`: RE2 has
-# no look-ahead, so runs of whitespace are split off first (see `_words`).
+# no look-ahead, so runs of whitespace are split off first (see `pretokenize`).
 _WORD = (
     r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"
     rf"| ?[^{_SPACE}\p{{L}}\p{{N}}]+"
@@ -231,7 +231,7 @@ class BytePairTokenizer(Tokenizer):
         self._token_bytes = tf.constant(token_bytes, tf.string)
 
     def _tokenize(self, strings):
-        words = _words(strings)  # (B, None) strings
+        words = pretokenize(strings)  # (B, None) strings
         unique, index = tf.unique(words.flat_values)
         ids = self._merge(unique)  # (W, None)
         ids = tf.gather(ids, index)
@@ -318,7 +318,7 @@ class BytePairTokenizer(Tokenizer):
         return config
 
 
-def _words(strings):
+def pretokenize(strings):
     """GPT-2's pre-tokenization: `(B,)` strings to `(B, None)` words.
 
     GPT-2's pattern ends in `\\s+(?!\\S)|\\s+`: a run of whitespace before

@@ -1,7 +1,7 @@
 """Learning GPT-2-style byte-level BPE merges from a corpus.
 
 Words are split by the tokenizer's own in-graph pre-tokenization
-(`bpe._words`), so training and tokenizing see the same words. Merging is
+(`bpe.pretokenize`), so training and tokenizing see the same words. Merging is
 incremental: pair counts, an index from each pair to the words holding it
 and a max-heap whose stale entries are skipped (or re-pushed) when popped,
 so a merge only touches the words that hold its pair.
@@ -11,11 +11,10 @@ import collections
 import heapq
 import logging
 
-import keras
 import tensorflow as tf
 
 from keras_transformer.text import bpe, checks
-from keras_transformer.text.vocabulary import LONG_CORPUS
+from keras_transformer.text.vocabulary import count_batches
 
 _BYTES = 256
 
@@ -141,7 +140,7 @@ def _check_special_tokens(special_tokens):
 @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
 def _distinct_words(texts):
     """`(B,)` texts to their distinct words (UTF-8) and how often each occurs."""
-    words, _, counts = tf.unique_with_counts(bpe._words(texts).flat_values)
+    words, _, counts = tf.unique_with_counts(bpe.pretokenize(texts).flat_values)
     return words, counts
 
 
@@ -151,23 +150,12 @@ def count_bpe_words(data, verbose="auto"):
     Returns:
         A `collections.Counter` of words, as UTF-8 `bytes`.
     """
-    total = checks.corpus_size(data)
-    show = verbose is True or (
-        verbose == "auto" and total is not None and total > LONG_CORPUS
-    )
-    progress = keras.utils.Progbar(total, unit_name="text") if show else None
-    counts = collections.Counter()
-    seen = 0
-    for texts in checks.text_batches(data):
+
+    def count(texts):
         words, numbers = _distinct_words(tf.constant(texts, tf.string))
-        for word, number in zip(words.numpy(), numbers.numpy().tolist(), strict=True):
-            counts[word] += number
-        seen += len(texts)
-        if progress is None and verbose == "auto" and seen > LONG_CORPUS:
-            progress = keras.utils.Progbar(total, unit_name="text")
-        if progress is not None:
-            progress.update(seen)
-    return counts
+        return zip(words.numpy(), numbers.numpy().tolist(), strict=True)
+
+    return count_batches(data, count, verbose)
 
 
 def _train(counts, merge_count, reserved=()):

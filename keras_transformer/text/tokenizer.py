@@ -3,8 +3,6 @@
 Shape legend: B batch, T tokens.
 """
 
-import numbers
-
 import keras
 import tensorflow as tf
 
@@ -215,11 +213,8 @@ class Tokenizer(keras.layers.Layer):
 
     def id_to_token(self, id):
         """The token of an integer id."""
-        if (
-            isinstance(id, bool)
-            or not isinstance(id, numbers.Integral)
-            or not 0 <= id < self.vocabulary_size()
-        ):
+        # Not `validation.check_token_id`: padding (0) has a token here.
+        if not validation.is_int(id) or not 0 <= id < self.vocabulary_size():
             raise ValueError(
                 f"`id` must be an integer in [0, {self.vocabulary_size()}). "
                 f"Received: id={id!r}"

@@ -87,6 +87,29 @@ def count_words(data, lowercase=True, verbose="auto"):
     split = tf.function(
         lambda texts: splitter.tokenize(checks.replace_invalid_utf8(texts)).flat_values
     )
+
+    def count(texts):
+        return collections.Counter(split(tf.constant(texts, tf.string)).numpy()).items()
+
+    counts = count_batches(data, count, verbose)
+    return collections.Counter({w.decode("utf-8"): n for w, n in counts.items()})
+
+
+def count_batches(data, count, verbose="auto"):
+    """Adds up `count(texts)` over the batches of `data`, with a progress bar.
+
+    The word-counting loop of the vocabulary builders (WordPiece, BPE).
+
+    Args:
+        data: a `tf.data.Dataset` of strings or an iterable of strings.
+        count: a function of a list of texts returning `(word, number)`
+            pairs, such as a `collections.Counter`'s `.items()`.
+        verbose: `True` shows a `keras.utils.Progbar`; `"auto"` shows one
+            once more than `LONG_CORPUS` texts have been read.
+
+    Returns:
+        A `collections.Counter` of words.
+    """
     total = checks.corpus_size(data)
     show = verbose is True or (
         verbose == "auto" and total is not None and total > LONG_CORPUS
@@ -95,11 +118,11 @@ def count_words(data, lowercase=True, verbose="auto"):
     counts = collections.Counter()
     seen = 0
     for texts in checks.text_batches(data):
-        words = split(tf.constant(texts, tf.string)).numpy()
-        counts.update(words)
+        for word, number in count(texts):
+            counts[word] += number
         seen += len(texts)
         if progress is None and verbose == "auto" and seen > LONG_CORPUS:
             progress = keras.utils.Progbar(total, unit_name="text")
         if progress is not None:
             progress.update(seen)
-    return collections.Counter({w.decode("utf-8"): n for w, n in counts.items()})
+    return counts
