@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from tests.helpers import run_model_saving_test, to_numpy
+from tests.helpers import np_layer_norm, run_model_saving_test, to_numpy
 
 VOCAB, START, END = 14, 1, 2
 
@@ -156,13 +156,17 @@ def test_pretrained_options_change_what_they_say(tmp_path):
     assert shared is again.decoder_embeddings.token_embedding
 
 
-def test_embedding_layer_norm_normalizes_the_embeddings():
+def test_embedding_layer_norm_normalizes_what_the_encoder_blocks_see():
     model = small(embedding_layer_norm=True)
-    ids = SOURCE
-    raw = to_numpy(model.encoder_embeddings(ids))
-    normed = to_numpy(model.encoder_embeddings_layer_norm(raw))
-    mean, std = raw.mean(-1, keepdims=True), raw.std(-1, keepdims=True)
-    np.testing.assert_allclose(normed, (raw - mean) / np.sqrt(std**2 + 1e-6), atol=1e-4)
+    norm = model.encoder_embeddings_layer_norm
+    rng = np.random.default_rng(0)
+    gamma, beta = rng.normal(size=(2, norm.gamma.shape[0])).astype("float32")
+    norm.set_weights([gamma, beta])
+    # What the first encoder block receives, in the model's own graph.
+    probe = keras.Model(model.input["encoder_token_ids"], model.encoder_blocks[0].input)
+    raw = to_numpy(model.encoder_embeddings(SOURCE))
+    expected = np_layer_norm(raw, gamma, beta, norm.epsilon)  # numpy, not Keras
+    np.testing.assert_allclose(to_numpy(probe(SOURCE)), expected, atol=1e-5)
 
 
 def test_bad_pretrained_options():
