@@ -127,79 +127,49 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         generation_config=None,
         **kwargs,
     ):
-        config = dict(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            max_sequence_length=max_sequence_length,
-            dropout=dropout,
-            target_vocabulary_size=target_vocabulary_size,
-            tie_embeddings=tie_embeddings,
-            num_decoder_layers=num_decoder_layers,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-            position=position,
-            sinusoidal_layout=sinusoidal_layout,
-            position_offset=position_offset,
-            scale_embeddings=scale_embeddings,
-            embedding_layer_norm=embedding_layer_norm,
-            logits_bias=logits_bias,
-            decoder_start_token_id=decoder_start_token_id,
-            generation_config=generation_config,
-        )
+        config = {  # exactly the arguments of this signature
+            name: value
+            for name, value in locals().items()
+            if name not in ("self", "kwargs", "__class__")
+        }
         check_sizes(config)
         validation.check_positive_int(
             "num_decoder_layers", num_decoder_layers, allow_none=True
         )
         for name in ("scale_embeddings", "embedding_layer_norm", "logits_bias"):
             validation.check_bool(name, config[name])
+        if tie_embeddings is not None:
+            validation.check_bool("tie_embeddings", tie_embeddings)
         if generation_config is not None and not isinstance(generation_config, dict):
             raise ValueError(
                 "`generation_config` must be a dict of generate() arguments or "
                 f"None. Received: generation_config={generation_config!r}"
             )
         target_size = target_vocabulary_size or vocabulary_size
-        if decoder_start_token_id is not None and (
-            isinstance(decoder_start_token_id, bool)
-            or not isinstance(decoder_start_token_id, int)
-            or not 0 < decoder_start_token_id < target_size
-        ):
-            raise ValueError(
-                f"`decoder_start_token_id` must be an id in [1, {target_size}) (0 is "
-                f"padding). Received: decoder_start_token_id={decoder_start_token_id!r}"
+        if decoder_start_token_id is not None:
+            validation.check_token_id(
+                "decoder_start_token_id", decoder_start_token_id, target_size
             )
-        decoder_layers = (
-            num_layers if num_decoder_layers is None else num_decoder_layers
-        )
+        decoder_layers = num_decoder_layers or num_layers  # None: num_layers
         if target_vocabulary_size is not None:
             check_sizes(config, vocabulary_name="target_vocabulary_size")
-        if tie_embeddings is not None:
-            validation.check_bool("tie_embeddings", tie_embeddings)
         shared = target_vocabulary_size is None
         tied = shared if tie_embeddings is None else tie_embeddings
 
         # === Layers ===
         def embedding(size, name, token_embedding=None):
             return PositionalEmbedding(
-                size,
-                max_sequence_length,
-                hidden_dim,
-                position=position,
-                scale_embeddings=scale_embeddings,
-                sinusoidal_layout=sinusoidal_layout,
-                position_offset=position_offset,
-                token_embedding=token_embedding,
+                size, max_sequence_length, hidden_dim, position=position,
+                scale_embeddings=scale_embeddings, sinusoidal_layout=sinusoidal_layout,
+                position_offset=position_offset, token_embedding=token_embedding,
                 name=name,
-            )
+            )  # fmt: skip
 
         def embedding_norm(name):
-            if not embedding_layer_norm:
-                return None
-            return keras.layers.LayerNormalization(
-                epsilon=layer_norm_epsilon, name=name
-            )
+            if embedding_layer_norm:
+                return keras.layers.LayerNormalization(
+                    epsilon=layer_norm_epsilon, name=name
+                )
 
         block_options = dict(
             dropout=dropout,
@@ -252,17 +222,13 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
             self.output_dense = keras.layers.Dense(
                 self.decoder_embeddings.vocabulary_size, dtype="float32", name="logits"
             )
-        self.output_bias = None
-        if logits_bias:
-            self.output_bias = LogitsBias(dtype="float32", name="logits_bias")
+        self.output_bias = (
+            LogitsBias(dtype="float32", name="logits_bias") if logits_bias else None
+        )
         # === Functional model ===
         inputs = {
-            "encoder_token_ids": keras.Input(
-                (None,), dtype="int32", name="encoder_token_ids"
-            ),
-            "decoder_token_ids": keras.Input(
-                (None,), dtype="int32", name="decoder_token_ids"
-            ),
+            name: keras.Input((None,), dtype="int32", name=name)
+            for name in ("encoder_token_ids", "decoder_token_ids")
         }
         context = self.encode(inputs["encoder_token_ids"])
         logits, _ = self.decode(inputs["decoder_token_ids"], context)
@@ -322,8 +288,8 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
                     cross_attention_cache=cross_caches[i],
                 )
                 updated.append(cache)
-        if self.output_dense is None:
-            logits = self.decoder_embeddings(y, reverse=True)  # tied weights
+        if self.output_dense is None:  # tied weights
+            logits = self.decoder_embeddings(y, reverse=True)  # (B, T, V)
         else:
             logits = self.output_dense(y)
         if self.output_bias is not None:
@@ -336,10 +302,7 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         context_mask = ops.not_equal(source, 0)
         if not use_cache:
             return (context, context_mask)
-        cross = [
-            block.compute_cross_attention_cache(context)
-            for block in self.decoder_blocks
-        ]
+        cross = [b.compute_cross_attention_cache(context) for b in self.decoder_blocks]
         _, caches = self.decode(
             tokens,
             caches=empty_caches(self.decoder_blocks, tokens),
@@ -415,20 +378,11 @@ def seq2seq(
         dropout: dropout rate.
         target_vocabulary_size: target vocabulary size; `None` shares the
             source vocabulary and one embedding between encoder and decoder.
-        tie_embeddings: logits through the transposed target embedding
-            instead of a separate Dense layer; `None` ties them exactly when
-            the vocabulary is shared.
-        num_decoder_layers: see `kt.models.Seq2Seq` (as are the rest).
-        activation: feed-forward activation.
-        layer_norm_epsilon: LayerNorm epsilon.
-        position: `"sinusoidal"` or `"learned"`.
-        sinusoidal_layout: `"interleaved"` or `"concatenated"`.
-        position_offset: learned positions' first row.
-        scale_embeddings: multiply token embeddings by √E.
-        embedding_layer_norm: a LayerNorm after the embeddings.
-        logits_bias: a learned bias on the logits.
-        decoder_start_token_id: the decoder's start token.
-        generation_config: `generate` arguments the model is meant for.
+        tie_embeddings, num_decoder_layers, activation, layer_norm_epsilon, position,
+            sinusoidal_layout, position_offset, scale_embeddings,
+            embedding_layer_norm, logits_bias, decoder_start_token_id,
+            generation_config: as in `kt.models.Seq2Seq` (`tie_embeddings=None`
+            ties exactly when the vocabulary is shared).
 
     Returns:
         A `kt.models.Seq2Seq` with inputs `{"encoder_token_ids": (B, S),
