@@ -25,7 +25,7 @@ def run(model, ref):
     return {k: to_numpy(v) for k, v in model(inputs).items()}
 
 
-def check_equal_at_real_tokens(out, ref, atol=1e-5):
+def check_equal_at_real_tokens(out, ref, atol=5e-6):  # 10x the 4.8e-7 measured
     # Padded positions are not outputs (ours attend nowhere, BERT's attend to
     # the real tokens); every real position and the pooled [CLS] must match.
     real = ref["padding_mask"]
@@ -64,7 +64,7 @@ def test_masked_lm_and_classifier_checkpoints_load_with_their_heads(tmp_path):
     positions = np.array([[1, 2], [2, 3], [1, 4]])  # real tokens of each row
     logits = to_numpy(mlm({**inputs, "mask_positions": positions}))
     expected = np.take_along_axis(heads()["mlm"], positions[:, :, None], axis=1)
-    np.testing.assert_allclose(logits, expected, atol=1e-4)
+    np.testing.assert_allclose(logits, expected, atol=1e-5)  # 8.3e-7 measured
     # Loading builds with zeros (every weight is assigned), except what the
     # checkpoint lacks: BertForMaskedLM has no pooler, drawn as usual.
     pooler = to_numpy(mlm.backbone.pooled_dense.kernel)
@@ -76,8 +76,8 @@ def test_masked_lm_and_classifier_checkpoints_load_with_their_heads(tmp_path):
     assert type(classifier) is kt.models.BERTClassifier
     assert classifier.num_classes == 3
     np.testing.assert_allclose(
-        to_numpy(classifier(inputs)), heads()["classifier"], atol=1e-5
-    )
+        to_numpy(classifier(inputs)), heads()["classifier"], atol=4e-6
+    )  # 3.6e-7 measured
     # Written back with their heads, in transformers' names, and read again.
     for model, name in [(mlm, "mlm"), (classifier, "classifier")]:
         folder = kt.models.save_pretrained(model, tmp_path / name)
@@ -85,7 +85,7 @@ def test_masked_lm_and_classifier_checkpoints_load_with_their_heads(tmp_path):
 
         theirs = load_file(os.path.join(HF, f"bert_tiny_{name}", "model.safetensors"))
         ours = load_file(os.path.join(folder, "model.safetensors"))
-        assert set(ours) <= set(theirs)
+        assert sorted(ours) == sorted(theirs)
         for key, value in ours.items():
             np.testing.assert_array_equal(value, theirs[key])
         again = kt.models.from_pretrained(folder)
@@ -108,7 +108,7 @@ def test_save_pretrained_round_trips_and_names_what_transformers_reads(tmp_path)
         load_file(os.path.join(TINY, "model.safetensors")),
         load_file(os.path.join(folder, "model.safetensors")),
     )
-    assert set(ours) <= set(theirs)  # the same tensor names transformers uses
+    assert sorted(ours) == sorted(theirs)  # the tensor names transformers uses
     for name, value in ours.items():
         np.testing.assert_array_equal(value, theirs[name])
     with open(os.path.join(folder, "config.json")) as f:

@@ -32,7 +32,7 @@ def reference():
     return ref
 
 
-def check_logits(model, ref, atol=1e-4):
+def check_logits(model, ref, atol=5e-6):  # about 10x the error measured, 4.8e-7
     # Logits over GPT-2's vocabulary are ours from id 1 on, at every real
     # position (padding on the right cannot reach them: attention is causal).
     logits = to_numpy(model(ref["ours"]))
@@ -49,6 +49,30 @@ def test_gpt2_checkpoint_computes_what_transformers_computes(tiny):
         to_numpy(model.embeddings.token_embedding.embeddings)[0], 0
     )  # the padding row
     check_logits(model, reference())
+
+
+def test_layer_norm_epsilon_is_the_checkpoints(tmp_path):
+    # gpt2_tiny_eps has layer_norm_epsilon 1e-3, not GPT-2's 1e-5, and
+    # activations small enough for it to matter.
+    folder = os.path.join(HF, "gpt2_tiny_eps")
+    ref = dict(np.load(os.path.join(HF, "gpt2_tiny_eps_outputs.npz")))
+    ref["ours"] = np.where(ref["padding_mask"], ref["token_ids"] + 1, 0)
+    model = kt.models.from_pretrained(folder)
+    assert model.layer_norm_epsilon == 1e-3
+    check_logits(model, ref)
+    with open(os.path.join(folder, "config.json")) as f:
+        config = json.load(f)
+    default = tmp_path / "default"
+    shutil.copytree(folder, default)
+    config["layer_norm_epsilon"] = 1e-5
+    (default / "config.json").write_text(json.dumps(config))
+    logits = to_numpy(kt.models.from_pretrained(default)(ref["ours"]))[..., 1:]
+    real = ref["padding_mask"]
+    assert np.abs(logits[real] - ref["logits"][real]).max() > 1e-3  # it matters
+    saved = kt.models.save_pretrained(model, tmp_path / "saved")
+    with open(os.path.join(saved, "config.json")) as f:
+        assert json.load(f)["layer_norm_epsilon"] == 1e-3
+    check_logits(kt.models.from_pretrained(saved), ref)
 
 
 def test_greedy_continuations_are_transformers_tokens(tiny):
