@@ -53,7 +53,7 @@ def read_tsv(path, columns=2, max_line_characters=None):
         >>> import keras_transformer as kt
         >>> path = os.path.join(tempfile.mkdtemp(), "pairs.tsv")
         >>> with open(path, "w") as f:
-        ...     _ = f.write("a\tb\n\nc\td\te\n")
+        ...     _ = f.write("a\\tb\\n\\nc\\td\\te\\n")
         >>> kt.text.read_tsv(path)
         ([(1, ['a', 'b']), (3, ['c', 'd', 'e'])], 0)
     """
