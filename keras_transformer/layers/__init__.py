@@ -1,4 +1,10 @@
-"""Reusable Transformer layers (keras.ops only, backend-portable)."""
+"""Reusable Transformer layers (keras.ops only, backend-portable).
+
+`attention.py` and `masking.py` (attention and its boolean masks),
+`position.py` (token + position embeddings), `block.py` with `encoder.py`
+and `decoder.py` (the blocks), `patch.py` (image patches), `heads.py` (what
+sits on the logits: `LogitsBias`, `exclude_padding_logit`), `activations.py`.
+"""
 
 from keras_transformer.layers.activations import gelu_approximate
 from keras_transformer.layers.attention import (

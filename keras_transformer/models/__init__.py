@@ -2,9 +2,10 @@
 factories and presets.
 
 Each family is one module: `bert.py` (`BERT`; its heads in `bert_heads.py`),
-`gpt.py` (`GPT2`), `seq2seq.py` (`Seq2Seq`), `vit.py` (`ViT`). `decoding.py`
-holds the small protocol (`CausalLM`, `Seq2SeqLM`) that generation and export
-decode through.
+`gpt.py` (`GPT2`), `seq2seq.py` (`Seq2Seq`), `vit.py` (`ViT`). `base.py`
+holds what every class shares (size checks, the initializer, the config with
+its dtype policy, presets: `presets.py`), `decoding.py` the small protocol
+(`CausalLM`, `Seq2SeqLM`) that generation and export decode through.
 """
 
 from keras_transformer.models.bert import BERT, bert
