@@ -91,7 +91,7 @@ def test_a_permuted_batch_gives_permuted_logits():
     assert np.abs(logits[0] - logits[1]).max() > 1e-4
 
 
-def test_from_scratch_kernels_are_glorot_uniform_and_embeddings_small():
+def test_from_scratch_kernels_are_glorot_uniform_and_embeddings_normal():
     """Glorot-uniform kernels learn the digits better than N(0, 0.02²) at
     small widths (benchmarks/vit_init.py); a checkpoint overwrites them."""
     keras.utils.set_random_seed(0)
@@ -114,8 +114,8 @@ def test_from_scratch_kernels_are_glorot_uniform_and_embeddings_small():
     embedding = model.patch_embedding
     for table in (embedding.class_embedding, embedding.position_embeddings):
         value = to_numpy(table)
-        assert np.abs(value).max() <= 0.04  # N(0, 0.02²) truncated at 2σ
-        np.testing.assert_allclose(value.std(), 0.0176, rtol=0.2)
+        assert np.abs(value).max() <= 0.1  # N(0, 0.05²) truncated at 2σ
+        np.testing.assert_allclose(value.std(), 0.044, rtol=0.2)
     with placeholder_weights():  # from_pretrained assigns every weight
         zeros = tiny_vit()
     assert all(not to_numpy(v).any() for v in zeros.weights if "kernel" in v.path)
