@@ -48,6 +48,16 @@ def check_sizes(config, vocabulary_name="vocabulary_size"):
         )
 
 
+def constructor_arguments(local_variables):
+    """A constructor's arguments from its `locals()` taken first thing: the
+    config, exactly the signature's names (not `self`, `kwargs`)."""
+    return {
+        name: value
+        for name, value in local_variables.items()
+        if name not in ("self", "kwargs", "__class__")
+    }
+
+
 _PLACEHOLDERS = threading.local()
 
 

@@ -10,6 +10,7 @@ from keras_transformer.layers import PositionalEmbedding, TransformerEncoderBloc
 from keras_transformer.models.base import (
     ModelMixin,
     check_sizes,
+    constructor_arguments,
     normal_initializer,
     preset_factory,
 )
@@ -76,16 +77,7 @@ class BERT(ModelMixin, keras.Model):
         dropout=0.1,
         **kwargs,
     ):
-        config = dict(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            max_sequence_length=max_sequence_length,
-            num_segments=num_segments,
-            dropout=dropout,
-        )
+        config = constructor_arguments(locals())
         check_sizes(config)
         validation.check_positive_int("num_segments", num_segments)
         # === Layers ===

@@ -15,6 +15,7 @@ from keras_transformer.layers import (
 from keras_transformer.models.base import (
     ModelMixin,
     check_sizes,
+    constructor_arguments,
     normal_initializer,
     preset_factory,
 )
@@ -91,19 +92,9 @@ class GPT2(ModelMixin, CausalLM):
         layer_norm_epsilon=1e-5,
         **kwargs,
     ):
+        config = constructor_arguments(locals())
         validation.check_choice("activation", activation, tuple(ACTIVATIONS))
         validation.check_rate("layer_norm_epsilon", layer_norm_epsilon)
-        config = dict(
-            vocabulary_size=vocabulary_size,
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            intermediate_dim=intermediate_dim,
-            max_sequence_length=max_sequence_length,
-            dropout=dropout,
-            activation=activation,
-            layer_norm_epsilon=layer_norm_epsilon,
-        )
         check_sizes(config)
         # === Layers ===
         self.embeddings = PositionalEmbedding(

@@ -15,7 +15,12 @@ from keras_transformer.layers import (
     TransformerEncoderBlock,
     exclude_padding_logit,
 )
-from keras_transformer.models.base import ModelMixin, check_sizes, preset_factory
+from keras_transformer.models.base import (
+    ModelMixin,
+    check_sizes,
+    constructor_arguments,
+    preset_factory,
+)
 from keras_transformer.models.decoding import Seq2SeqLM, empty_caches
 
 
@@ -127,11 +132,7 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         generation_config=None,
         **kwargs,
     ):
-        config = {  # exactly the arguments of this signature
-            name: value
-            for name, value in locals().items()
-            if name not in ("self", "kwargs", "__class__")
-        }
+        config = constructor_arguments(locals())
         check_sizes(config)
         validation.check_positive_int(
             "num_decoder_layers", num_decoder_layers, allow_none=True
