@@ -84,12 +84,11 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
 
     Layers (attributes): `encoder_embeddings` and `decoder_embeddings`
     (`kt.layers.PositionalEmbedding`, one object when the vocabulary is
-    shared), `encoder_embeddings_layer_norm` and
-    `decoder_embeddings_layer_norm` (None without `embedding_layer_norm`),
-    `encoder_embeddings_dropout`, `encoder_blocks`,
-    `decoder_embeddings_dropout`, `decoder_blocks`, `output_dense`
-    (None when tied) and `output_bias` (a `kt.layers.LogitsBias`, None
-    without `logits_bias`).
+    shared), `encoder_embeddings_layer_norm`, `decoder_embeddings_layer_norm`
+    (None without `embedding_layer_norm`), `encoder_embeddings_dropout`,
+    `encoder_blocks`, `decoder_embeddings_dropout`, `decoder_blocks`,
+    `output_dense` (None when tied), `output_bias` (a `kt.layers.LogitsBias`,
+    None without `logits_bias`).
 
     Examples:
         >>> import numpy as np
