@@ -4,10 +4,12 @@ target's distribution when sampling, and bad input refused."""
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from scipy import stats
 
 import keras_transformer as kt
 from keras_transformer.generation.decode import compiled_speculative_fn
+from keras_transformer.generation.speculative import lookup
 from tests.helpers import spread_weights
 
 VOCABULARY = 40
@@ -66,17 +68,118 @@ def test_greedy_with_a_draft_is_plain_greedy_token_for_token(target, close_draft
     assert len(np.unique(plain[0, 5:])) > 3  # not a constant continuation
 
 
-def test_prompt_lookup_greedy_is_plain_greedy_token_for_token(target):
+def run_speculative(model, prompt, new_tokens, sampler=None, **settings):
+    """One prompt `(P,)` through `compiled_speculative_fn`: its tokens
+    `(P + new_tokens,)` and the `[steps, kept]` statistics."""
+    tokens = np.zeros((1, 32), "int32")
+    tokens[0, : len(prompt)] = prompt
+    stop = len(prompt) + new_tokens
+    decode = compiled_speculative_fn(
+        model, sampler or kt.generation.GreedySampler(), **settings
+    )
+    out, counts = decode(
+        tokens, np.zeros((1, 1), "int32"), len(prompt), stop, -1, [0, 0]
+    )
+    return out.numpy()[0, :stop], counts.numpy().tolist()
+
+
+def reference_lookup(row, index, k, max_ngram_size):
+    """Prompt lookup in plain Python: the k tokens after the latest earlier
+    occurrence (continuation starting before `index - 1`) of the longest
+    suffix of `row[:index]` of at most `max_ngram_size` tokens."""
+    for n in range(max_ngram_size, 0, -1):
+        if index < n:
+            continue
+        suffix = list(row[index - n : index])
+        for start in range(index - 1 - n, -1, -1):
+            if list(row[start : start + n]) == suffix:
+                return [row[min(start + n + t, len(row) - 1)] for t in range(k)]
+    return [0] * k
+
+
+def lookup_statistics(greedy, start, stop, k, max_ngram_size, length=32):
+    """`[steps, kept]` of greedy prompt-lookup decoding of one row whose
+    greedy tokens are `greedy` (past `stop + k`): each step proposes from the
+    tokens kept so far (the buffer beyond them holds zeros) and keeps the
+    proposals equal to the greedy tokens, plus one."""
+    index, steps, kept = start, 0, 0
+    while index < stop and index + k < length:
+        row = np.zeros(length, "int32")
+        row[:index] = greedy[:index]
+        proposed = reference_lookup(row, index, k, max_ngram_size)
+        m = 0
+        while m < k and proposed[m] == greedy[index + m]:
+            m += 1
+        steps, kept = steps + 1, kept + min(m, stop - 1 - index)
+        index += m + 1
+    return [steps, kept]
+
+
+@pytest.mark.parametrize("k, n", [(4, 3), (1, 1)])
+def test_prompt_lookup_greedy_is_plain_greedy_token_for_token(target, k, n):
     plain = kt.generation.generate(target, PROMPTS, max_new_tokens=20)
-    for k, n in [(4, 3), (1, 1)]:
-        fast = kt.generation.generate(
-            target,
-            PROMPTS,
-            20,
-            prompt_lookup_num_tokens=k,
-            prompt_lookup_max_ngram_size=n,
-        )
-        np.testing.assert_array_equal(fast, plain)
+    fast = kt.generation.generate(
+        target, PROMPTS, 20, prompt_lookup_num_tokens=k, prompt_lookup_max_ngram_size=n
+    )
+    np.testing.assert_array_equal(fast, plain)
+    # Its greedy continuation repeats itself: lookup keeps proposals.
+    repeating = np.array([20, 21, 22])
+    greedy = kt.generation.generate(target, repeating[None], 20 + k)[0]
+    tokens, counts = run_speculative(
+        target, repeating, 20, num_tokens=k, max_ngram_size=n
+    )
+    np.testing.assert_array_equal(tokens, greedy[:23])
+    assert counts == lookup_statistics(greedy, 3, 23, k, n)
+    assert counts[1] > 0
+    # No token twice (no_repeat_ngram_size=1): every proposal is refused.
+    sampler = kt.generation.GreedySampler(no_repeat_ngram_size=1)
+    tokens, counts = run_speculative(
+        target, repeating, 20, sampler, num_tokens=k, max_ngram_size=n
+    )
+    plain = kt.generation.generate(target, repeating[None], 20, sampler)[0]
+    np.testing.assert_array_equal(tokens, plain)
+    assert len(set(plain)) == 23 and counts == [20, 0]
+
+
+def test_a_model_as_its_own_draft_and_prompt_lookup_are_compiled_apart(target):
+    """Both belong to `target` with the same K and n: the compiled-function
+    cache must tell the proposers apart."""
+    prompt = np.array([20, 21, 22])
+    greedy = kt.generation.generate(target, prompt[None], 24)[0]
+    _, own_draft = run_speculative(target, prompt, 20, num_tokens=4, draft_model=target)
+    assert own_draft == [4, 16]  # the target proposes its own argmax
+    _, lookup = run_speculative(target, prompt, 20, num_tokens=4, max_ngram_size=3)
+    assert lookup == lookup_statistics(greedy, 3, 23, 4, 3) != own_draft
+    draft_fn = compiled_speculative_fn(
+        target, kt.generation.GreedySampler(), 4, draft_model=target
+    )
+    lookup_fn = compiled_speculative_fn(target, kt.generation.GreedySampler(), 4)
+    assert draft_fn is not lookup_fn
+
+
+@pytest.mark.parametrize(
+    "row, index, k, n, expected",
+    [
+        # The trigram 7 8 9 occurred at 1: what followed it (5 6), then
+        # positions not yet written (zeros).
+        ([3, 7, 8, 9, 5, 6, 7, 8, 9, 0, 0, 0], 9, 4, 3, [5, 6, 7, 8]),
+        # The most recent occurrence wins: 4 was followed by 1, later by 2.
+        ([4, 1, 4, 2, 4, 0, 0, 0], 5, 2, 1, [2, 4]),
+        # No trigram or bigram match: the unigram 9 (followed by 8).
+        ([9, 8, 1, 2, 9, 0, 0, 0], 5, 3, 3, [8, 1, 2]),
+        # Nothing matches: zeros.
+        ([1, 2, 3, 4, 0, 0, 0, 0], 4, 2, 3, [0, 0]),
+        # The suffix itself does not count (its continuation is unwritten).
+        ([5, 5, 0, 0, 0, 0], 2, 2, 1, [5, 0]),
+        ([6, 0, 0, 0], 1, 2, 2, [0, 0]),
+    ],
+)
+def test_lookup_proposes_what_followed_the_latest_match(row, index, k, n, expected):
+    tokens = np.array([row, row[::-1]], "int32")  # rows are independent
+    proposed = lookup(tf.constant(tokens), tf.constant(index), k, n).numpy()
+    assert proposed[0].tolist() == expected
+    assert proposed[1].tolist() == reference_lookup(tokens[1], index, k, n)
+    assert reference_lookup(tokens[0], index, k, n) == expected
 
 
 def test_end_tokens_and_the_end_of_the_buffer(target, close_draft):
@@ -118,24 +221,17 @@ def test_sampler_options_are_applied_at_every_proposed_position(target, close_dr
 
 def test_steps_and_kept_proposals(target, close_draft):
     """A draft identical to the target has every proposal kept: 20 tokens take
-    ceil(20 / 5) steps of K = 4; a close draft keeps some; lookup without
-    repeats keeps none."""
-    prompt = PROMPTS[1:2, :3]
-    tokens = np.zeros((1, 32), "int32")
-    tokens[:, :3] = prompt
-
-    def run(**settings):
-        decode = compiled_speculative_fn(
-            target, kt.generation.GreedySampler(), **settings
+    ceil(20 / 5) steps of K = 4; a close draft keeps some."""
+    prompt = PROMPTS[1, :3]
+    plain = kt.generation.generate(target, prompt[None], 20)[0]
+    for draft in [target, close_draft]:
+        tokens, counts = run_speculative(
+            target, prompt, 20, num_tokens=4, draft_model=draft
         )
-        out, counts = decode(tokens, np.zeros((1, 1), "int32"), 3, 23, -1, [0, 0])
-        np.testing.assert_array_equal(
-            out.numpy()[:, :23], kt.generation.generate(target, prompt, 20)
-        )
-        return counts.numpy().tolist()
-
-    assert run(num_tokens=4, draft_model=target) == [4, 16]
-    steps, kept = run(num_tokens=4, draft_model=close_draft)
+        np.testing.assert_array_equal(tokens, plain)
+        if draft is target:
+            assert counts == [4, 16]
+    steps, kept = counts
     assert 0 < kept < 4 * steps
     assert steps + kept <= 20
 
