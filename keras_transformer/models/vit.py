@@ -25,8 +25,8 @@ class ViT(ModelMixin, keras.Model):
     defaults). BERT's N(0, 0.02²) suits widths near 768; at the small
     widths ViTs are trained from scratch with it is several times smaller
     than Glorot's and learns worse: 8×8 digits, 2 layers, 64 hidden, Adam
-    1e-3, 30 epochs reach 0.967 held-out over 5 seeds instead of 0.948
-    (KerasHub: 0.973; `benchmarks/vit_init.py`). A checkpoint overwrites
+    1e-3, 30 epochs reach 0.973 held-out over 5 seeds instead of 0.948,
+    as KerasHub's (`benchmarks/vit_init.py`). A checkpoint overwrites
     every draw.
 
     Args:
