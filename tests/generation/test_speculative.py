@@ -280,15 +280,17 @@ def small_vocabulary():
 @pytest.mark.parametrize(
     "settings",
     [
-        {"draft_model": "draft", "num_speculative_tokens": 2},
-        {"prompt_lookup_num_tokens": 2, "prompt_lookup_max_ngram_size": 1},
+        # K = 1 and two new tokens: when the proposal is kept, the second
+        # token is the bonus draw from p, which the test then sees.
+        {"draft_model": "draft", "num_speculative_tokens": 1},
+        {"prompt_lookup_num_tokens": 1, "prompt_lookup_max_ngram_size": 1},
     ],
     ids=["draft", "prompt_lookup"],
 )
 def test_sampling_follows_the_target_distribution(small_vocabulary, settings):
     target, draft = small_vocabulary
     settings = {k: draft if v == "draft" else v for k, v in settings.items()}
-    prompt = np.array([1, 2, 3, 1, 2, 3, 1], "int32")  # lookup proposes 2, 3
+    prompt = np.array([1, 2, 3, 1, 2, 3, 1], "int32")  # lookup proposes 2
     joint = two_token_distribution(target, prompt, temperature=0.8)
     rows = np.repeat(prompt[None], 16, 0)
     samples = np.concatenate(

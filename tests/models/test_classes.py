@@ -9,7 +9,7 @@ import pytest
 
 import keras_transformer as kt
 from tests.fixtures.make_v0_1_models import SIZES, inputs
-from tests.helpers import run_model_saving_test, to_numpy
+from tests.helpers import run_export_test, run_model_saving_test, to_numpy
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures")
 
@@ -124,8 +124,20 @@ def test_generation_and_export_ignore_layer_names(tmp_path):
         expected.tolist()
     )
     tokenizer = kt.text.CharTokenizer(kt.text.build_char_vocabulary(["abcdef"]))
-    kt.export.export_text_generator(model, tokenizer, tmp_path / "g", end_token=None)
-    assert os.path.isdir(tmp_path / "g")
+    path = kt.export.export_text_generator(
+        model, tokenizer, tmp_path / "g", end_token=None
+    )
+    request = {
+        "prompts": ["abc"],
+        "max_new_tokens": np.int32(3),
+        "temperature": np.float32(0.0),
+    }
+    _, [served] = run_export_test(path, [("generate", request)], tmp_path)
+    prompt = np.array(tokenizer(["abc"]).to_list())
+    expected = kt.generation.generate(model, prompt, 3)  # the renamed model
+    np.testing.assert_array_equal(served["token_ids"][:, :6], expected)
+    assert not served["token_ids"][:, 6:].any()
+    assert served["text"].tolist() == tokenizer.detokenize(expected).numpy().tolist()
 
 
 def test_bert_heads_share_the_backbone_layers_and_round_trip(tmp_path):
