@@ -23,8 +23,8 @@ class ViT(ModelMixin, keras.Model):
     code and KerasHub's `ViTBackbone`, and the class token and positions
     from N(0, 0.05²) truncated at 2σ (`kt.layers.PatchEmbedding`'s
     defaults). BERT's N(0, 0.02²) suits widths near 768; at the small
-    widths ViTs are trained from scratch with it is several times smaller
-    than Glorot's and learns worse: 8×8 digits, 2 layers, 64 hidden, Adam
+    widths of ViTs trained from scratch it is several times smaller than
+    Glorot's draws and learns worse: 8×8 digits, 2 layers, 64 hidden, Adam
     1e-3, 30 epochs reach 0.973 held-out over 5 seeds instead of 0.948,
     as KerasHub's (`benchmarks/vit_init.py`). A checkpoint overwrites
     every draw.
