@@ -7,7 +7,7 @@ Shape legend: V vocabulary size.
 import keras
 from keras import ops
 
-from keras_transformer.layers.masking import _MASKED_LOGIT
+from keras_transformer.layers.masking import MASKED_LOGIT
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -61,4 +61,4 @@ def exclude_padding_logit(logits):
     label smoothing's, stay finite. The real tokens' logits are unchanged.
     """
     is_padding = ops.equal(ops.arange(ops.shape(logits)[-1]), 0)  # (V,)
-    return ops.where(is_padding, ops.cast(_MASKED_LOGIT, logits.dtype), logits)
+    return ops.where(is_padding, ops.cast(MASKED_LOGIT, logits.dtype), logits)

@@ -10,7 +10,7 @@ from keras import ops
 
 # Added to masked logits before the float32 softmax. Finite, so a fully masked
 # row gives a uniform (not NaN) softmax that `masked_softmax` then zeroes.
-_MASKED_LOGIT = -1e9
+MASKED_LOGIT = -1e9
 
 
 def keras_mask(x):
@@ -65,6 +65,6 @@ def masked_softmax(scores, mask=None):
     if mask is None:
         return ops.cast(ops.softmax(scores, axis=-1), dtype)
     mask = ops.cast(mask, "bool")
-    scores = ops.where(mask, scores, _MASKED_LOGIT)
+    scores = ops.where(mask, scores, MASKED_LOGIT)
     probs = ops.where(mask, ops.softmax(scores, axis=-1), 0.0)
     return ops.cast(probs, dtype)

@@ -61,12 +61,19 @@ def constructor_arguments(local_variables):
 _PLACEHOLDERS = threading.local()
 
 
+def initializer(identifier):
+    """The Keras initializer `identifier`; zeros inside
+    `placeholder_weights()`, where `from_pretrained` assigns every weight
+    afterwards."""
+    if getattr(_PLACEHOLDERS, "active", False):
+        return keras.initializers.Zeros()
+    return keras.initializers.get(identifier)
+
+
 def normal_initializer(stddev=0.02):
     """BERT/GPT-2 initialize weights from N(0, 0.02²); zeros inside
     `placeholder_weights()`."""
-    if getattr(_PLACEHOLDERS, "active", False):
-        return keras.initializers.Zeros()
-    return keras.initializers.TruncatedNormal(stddev=stddev)
+    return initializer(keras.initializers.TruncatedNormal(stddev=stddev))
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ import keras
 
 from keras_transformer import _validation as validation
 from keras_transformer.layers import PatchEmbedding, TransformerEncoderBlock
-from keras_transformer.models.base import _PLACEHOLDERS, ModelMixin, preset_factory
+from keras_transformer.models.base import ModelMixin, initializer, preset_factory
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -113,8 +113,8 @@ class ViT(ModelMixin, keras.Model):
             hidden_dim,
             image_size=image_size,
             dropout=dropout,
-            kernel_initializer=_draws("glorot_uniform"),
-            embeddings_initializer=_draws("truncated_normal"),
+            kernel_initializer=initializer("glorot_uniform"),
+            embeddings_initializer=initializer("truncated_normal"),
             name="patch_embedding",
         )
         self.blocks = [
@@ -125,7 +125,7 @@ class ViT(ModelMixin, keras.Model):
                 activation="gelu",
                 normalize_first=True,
                 layer_norm_epsilon=layer_norm_epsilon,
-                kernel_initializer=_draws("glorot_uniform"),
+                kernel_initializer=initializer("glorot_uniform"),
                 name=f"transformer_layer_{i}",
             )
             for i in range(num_layers)
@@ -134,7 +134,9 @@ class ViT(ModelMixin, keras.Model):
             epsilon=layer_norm_epsilon, name="final_layer_norm"
         )
         self.classifier = keras.layers.Dense(
-            num_classes, kernel_initializer=_draws("glorot_uniform"), name="classifier"
+            num_classes,
+            kernel_initializer=initializer("glorot_uniform"),
+            name="classifier",
         )
         # === Functional model ===
         images = keras.Input((image_size, image_size, num_channels), name="images")
@@ -145,14 +147,6 @@ class ViT(ModelMixin, keras.Model):
         logits = self.classifier(x[:, 0, :])  # (B, num_classes): the class token
         super().__init__(images, logits, **{"name": "vit", **kwargs})
         self._set_config(**config)
-
-
-def _draws(initializer):
-    """`initializer`; zeros inside `placeholder_weights()`, where
-    `from_pretrained` assigns every weight afterwards."""
-    if getattr(_PLACEHOLDERS, "active", False):
-        return keras.initializers.Zeros()
-    return keras.initializers.get(initializer)
 
 
 @preset_factory(ViT)

@@ -1,0 +1,168 @@
+"""The package's layout rules (docs/contributing.md), checked on the source.
+
+Each room imports only the rooms below it, no module imports itself back
+through others, nothing takes another module's private names, and no
+module outside the command line grows past the size at which it usually
+holds two concepts.
+"""
+
+import ast
+import collections
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
+
+# What each room may import (besides itself and the root's _validation).
+ALLOWED = {
+    "layers": set(),
+    "text": set(),
+    "training": {"layers"},
+    "models": {"layers", "text", "training"},
+    "generation": {"layers", "models"},
+    "pretrained": {"layers", "models", "text", "generation"},
+    "export": {"layers", "models", "text", "generation"},
+    "cli": {
+        "layers",
+        "models",
+        "text",
+        "training",
+        "generation",
+        "pretrained",
+        "export",
+    },
+}
+# The contract's `kt.models.from_pretrained` / `save_pretrained` are the
+# pretrained room's face, re-exported by the models package.
+EXCEPTIONS = {("keras_transformer.models", "pretrained")}
+LARGEST = 450  # lines, outside cli/ (its split belongs to the task layer)
+
+
+def modules():
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(name, path, known):
+    """(module imported, names taken) for every import in `path`."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, ()
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                child = f"{base}.{alias.name}"
+                if child in known:
+                    yield child, ()
+                else:
+                    yield base, (alias.name,)
+
+
+def graph():
+    known = modules()
+    edges = collections.defaultdict(set)
+    taken = []
+    for name, path in known.items():
+        for target, names in imports(name, path, known):
+            if target in known and target != name:
+                edges[name].add(target)
+                taken += [(name, target, n) for n in names]
+    return known, edges, taken
+
+
+def room(name):
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_no_import_circles():
+    known, edges, _ = graph()
+    # Tarjan's strongly connected components.
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in edges[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                other = stack.pop()
+                on_stack.discard(other)
+                component.append(other)
+                if other == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(known):
+        if node not in index:
+            visit(node)
+    assert circles == []
+
+
+def test_each_room_imports_only_the_rooms_below_it():
+    _, edges, _ = graph()
+    wrong = sorted(
+        (source, target)
+        for source, targets in edges.items()
+        for target in targets
+        if room(source) in ALLOWED
+        and room(target) not in ALLOWED[room(source)] | {room(source), "_validation"}
+        and (source, room(target)) not in EXCEPTIONS
+    )
+    assert wrong == []
+
+
+def test_no_module_takes_another_modules_private_names():
+    _, edges, taken = graph()
+    wrong = [
+        (source, f"{target}.{name}")
+        for source, target, name in taken
+        if name.startswith("_") and not name.startswith("__")
+    ]
+    # `module._name` attribute reads of a package module imported by name.
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text())
+        aliases = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith("keras_transformer")
+            for alias in node.names
+            if f"{node.module}.{alias.name}" in modules()
+            and alias.name != "_validation"
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+            ):
+                wrong.append((name, f"{node.value.id}.{node.attr}"))
+    assert wrong == []
+
+
+def test_no_module_outside_the_command_line_is_too_long():
+    long = {
+        str(path.relative_to(PACKAGE)): count
+        for name, path in modules().items()
+        if room(name) != "cli"
+        and (count := len(path.read_text().splitlines())) > LARGEST
+    }
+    assert long == {}
