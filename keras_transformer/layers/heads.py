@@ -9,6 +9,9 @@ from keras import ops
 
 from keras_transformer.layers.masking import MASKED_LOGIT
 
+# float16 would round -1e9 to -inf, and -inf times a zero label weight is NaN.
+FLOAT16_MASKED_LOGIT = -6e4
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class LogitsBias(keras.layers.Layer):
@@ -57,8 +60,10 @@ def exclude_padding_logit(logits):
     over their logits is then the checkpoint's own softmax over its real
     tokens, so the cross-entropy equals the reference library's and
     training never moves the padding row through the output projection.
-    Finite (-1e9), so that sums and products over the vocabulary, such as
-    label smoothing's, stay finite. The real tokens' logits are unchanged.
+    Finite (-1e9; -6e4 in float16, whose range ends at 65504), so that sums
+    and products over the vocabulary, such as label smoothing's, stay
+    finite. The real tokens' logits are unchanged.
     """
     is_padding = ops.equal(ops.arange(ops.shape(logits)[-1]), 0)  # (V,)
-    return ops.where(is_padding, ops.cast(MASKED_LOGIT, logits.dtype), logits)
+    value = FLOAT16_MASKED_LOGIT if logits.dtype == "float16" else MASKED_LOGIT
+    return ops.where(is_padding, ops.cast(value, logits.dtype), logits)

@@ -314,7 +314,7 @@ def test_from_a_bert_checkpoint_gives_a_classifier(tmp_path):
     out = tmp_path / "out"
     result = run(
         "train", "bert", "--from", os.path.join(HF, "bert_tiny"), "--data",
-        str(data), "--output", str(out), "--steps", "30", "--learning-rate", "1e-3",
+        str(data), "--output", str(out), "--steps", "60", "--learning-rate", "1e-3",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert float(printed(result, "held-out accuracy")) == 1.0

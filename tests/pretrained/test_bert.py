@@ -280,14 +280,16 @@ def test_fine_tuned_imported_bert_exports_as_a_string_classifier(tmp_path):
         optimizer=keras.optimizers.Adam(3e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
-    history = classifier.fit(batches(4), epochs=6, verbose=0)
-    assert history.history["loss"][-1] < history.history["loss"][0]
+    # The fixture's random N(0, 0.02²) backbone starts near chance; about
+    # 15 epochs move it, 30 fit the four texts.
+    classifier.fit(batches(4), epochs=30, verbose=0)
+    features, _ = next(iter(batches(1)))
+    assert to_numpy(classifier(features)).argmax(-1).tolist() == labels
     path = kt.export.export_classifier(
         classifier, tokenizer, tmp_path / "classifier", ["fox", "hello"], 8
     )
     request = {"text": np.array(texts, dtype=object)}
     _, (out,) = run_export_test(path, [("classify", request)], tmp_path)
-    features, _ = next(iter(batches(1)))
     expected = to_numpy(keras.ops.softmax(classifier(features)))
     np.testing.assert_allclose(out["probabilities"], expected, atol=1e-6)
     assert out["label"].tolist() == [[b"fox", b"hello"][i] for i in expected.argmax(-1)]
