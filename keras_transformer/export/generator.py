@@ -34,7 +34,10 @@ def export_text_generator(
     - outputs: `text` string `(B,)` (the prompt as the model saw it followed by
       the generated text), `generated_text` string `(B,)` (the generated text
       only) and `token_ids` int32 `(B, L)` (prompt and generated ids, 0 after
-      them), with `L` the model's `max_sequence_length`.
+      them), with `L` the model's `max_sequence_length`; with prompt lookup
+      also `lookup_steps` and `lookup_kept`, int32 scalars: the request's
+      prompt-lookup steps (model passes over K + 1 positions) and the
+      proposals they kept, for the batch as a whole (a serving metric).
 
     Each request's `max_new_tokens` is clipped to `[0, cap]`, `cap` being this
     function's `max_new_tokens`; every prompt gets exactly that many new
@@ -125,20 +128,23 @@ def export_text_generator(
     cap = max_new_tokens
 
     def decode(tokens, start, stop, seed, temperature):
+        """`(tokens (B, L), stats)`: stats int32 `(2,)` are prompt lookup's
+        `[steps, kept proposals]`, zeros without it."""
         batch = tf.shape(tokens)[0]
         source = tf.zeros([batch, 1], tf.int32)  # unused by a decoder-only model
         end_token_id = tf.constant(-1 if end_id is None else end_id, tf.int32)
         sampler = RequestSampler(temperature)
         if prompt_lookup_num_tokens is None:
             body = decode_function(model, sampler)
-            return body(tokens, source, start, stop, end_token_id, seed)
+            tokens = body(tokens, source, start, stop, end_token_id, seed)
+            return tokens, tf.zeros([2], tf.int32)
         body = speculative_decode_function(
             model,
             sampler,
             prompt_lookup_num_tokens,
             max_ngram_size=prompt_lookup_max_ngram_size,
         )
-        return body(tokens, source, start, stop, end_token_id, seed)[0]
+        return body(tokens, source, start, stop, end_token_id, seed)
 
     decode = tf.function(decode, jit_compile=jit_compile)
 
@@ -159,7 +165,7 @@ def export_text_generator(
         tokens = tf.where(empty[:, None] & (positions == 0), first_id, tokens)
         lengths = tf.maximum(lengths, 1)
         seed = tf.random.uniform([2], maxval=tf.int32.max, dtype=tf.int32)
-        tokens = decode(
+        tokens, stats = decode(
             tokens,
             tf.reduce_min(lengths),
             tf.reduce_max(lengths) + new,
@@ -175,11 +181,15 @@ def export_text_generator(
         else:
             visible = tf.where(tokens == end_id, 0, tokens)
         generated = tf.where(positions >= lengths[:, None], visible, 0)
-        return {
+        outputs = {
             "text": tokenizer.detokenize(visible),
             "generated_text": tokenizer.detokenize(generated),
             "token_ids": tokens,
         }
+        if prompt_lookup_num_tokens is not None:
+            outputs["lookup_steps"] = stats[0]
+            outputs["lookup_kept"] = stats[1]
+        return outputs
 
     module = tf.Module()
     module.tokenizer = tokenizer

@@ -7,6 +7,8 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer.generation.decode import compiled_speculative_fn
+from keras_transformer.generation.speculative import lookup
 from tests.helpers import run_export_test, spread_weights
 
 LIMIT = 32  # max_sequence_length: one decode bucket, as in generate
@@ -219,28 +221,94 @@ def test_without_xla_and_without_end_token(served, tmp_path):
         assert not np.any(served_row[stop:])
 
 
-def test_prompt_lookup_export_generates_the_same_tokens(served, tmp_path):
-    """Greedy requests get plain greedy's tokens; a sampled one still runs."""
-    model, tokenizer, _, results = served
+def lookup_statistics(model, tokenizer, prompt, new):
+    """`[steps, kept]` of greedy prompt lookup (K = 3, n <= 3) in the
+    library, on the buffer the export decodes in."""
+    (row,) = prompt_ids(tokenizer, [prompt], new)
+    tokens = np.zeros((1, LIMIT), "int32")
+    tokens[0, : len(row)] = row
+    decode = compiled_speculative_fn(model, kt.generation.GreedySampler(), 3)
+    end = tokenizer.token_to_id("[END]")
+    _, stats = decode(tokens, tokens[:, :1], len(row), len(row) + new, end, [0, 0])
+    return stats.numpy().tolist()
+
+
+# A prompt whose continuation is quoted, and (as 64 rows, 20 times) one
+# whose prompt-lookup proposals are checked by sampling.
+QUOTING = [CORPUS[:20] + " " + CORPUS[:9]]
+SAMPLED, SAMPLED_TEMPERATURE = "rown fox jumprow", 0.3
+
+
+@pytest.fixture(scope="module")
+def served_lookup(served, tmp_path_factory):
+    model, tokenizer, _, _ = served
+    folder = tmp_path_factory.mktemp("lookup")
     path = kt.export.export_text_generator(
         model,
         tokenizer,
-        tmp_path / "lookup",
+        folder / "lookup",
         max_new_tokens=CAP,
         prompt_lookup_num_tokens=3,
     )
-    quoting = [CORPUS[:20] + " " + CORPUS[:9]]  # its continuation is quoted
-    requests = [greedy(8), greedy(CAP, prompts=quoting), greedy(8, temperature=1.0)]
-    _, (batch_64, quote, hot) = run_export_test(path, requests, tmp_path)
+    requests = [greedy(8), greedy(CAP, prompts=QUOTING), greedy(8, temperature=1.0)]
+    requests += [greedy(1, SAMPLED_TEMPERATURE, prompts=[SAMPLED] * 64)] * 20
+    _, results = run_export_test(path, requests, folder)
+    return results
+
+
+def test_prompt_lookup_export_generates_the_same_tokens(served, served_lookup):
+    """Greedy requests get plain greedy's tokens; a sampled one still runs."""
+    model, tokenizer, _, results = served
+    batch_64, quote, hot = served_lookup[:3]
     np.testing.assert_array_equal(
         batch_64["token_ids"], results["batch_64"]["token_ids"]
     )
     assert batch_64["text"].tolist() == results["batch_64"]["text"].tolist()
-    ids, texts, _ = expected(model, tokenizer, quoting, CAP)
+    ids, texts, _ = expected(model, tokenizer, QUOTING, CAP)
     np.testing.assert_array_equal(quote["token_ids"], ids)
     assert quote["text"].tolist() == texts
     assert hot["token_ids"].shape == (64, LIMIT)
     assert (hot["token_ids"] != batch_64["token_ids"]).any()
+
+
+def test_prompt_lookup_export_reports_the_lookup_it_ran(served, served_lookup):
+    """The served [steps, kept] are the library's prompt lookup's: an export
+    that decoded one token per step could not give them."""
+    model, tokenizer, _, results = served
+    quote = served_lookup[1]
+    steps, kept = lookup_statistics(model, tokenizer, QUOTING[0], CAP)
+    assert kept > 0  # the quote was proposed and kept
+    assert [quote["lookup_steps"], quote["lookup_kept"]] == [steps, kept]
+    assert "lookup_steps" not in results["batch_64"]  # only lookup exports
+
+
+def test_prompt_lookup_export_samples_from_softmax(served, served_lookup):
+    """The first new token of 1280 draws through prompt lookup's accept and
+    residual rule has softmax(logits / temperature)'s frequencies."""
+    model, tokenizer, _, _ = served
+    prompt = np.array(tokenizer([SAMPLED]).to_list())  # (1, P)
+    logits = np.asarray(model(prompt))[0, -1].astype("float64")
+    logits = logits / SAMPLED_TEMPERATURE
+    logits[0] = -np.inf  # padding is never drawn
+    probabilities = np.exp(logits - logits.max())
+    probabilities /= probabilities.sum()
+    proposal = tokenizer.token_to_id("n")  # what followed "row" before
+    assert lookup(prompt_with_room(prompt), prompt.shape[1], 3, 3)[0, 0] == proposal
+    # Kept about 1 time in 7: a rule that kept it always, or drew the
+    # refused ones from p instead of max(p - q, 0), would be 13+ sigma off.
+    assert 0.1 < probabilities[proposal] < 0.9
+    draws = np.concatenate(
+        [out["token_ids"][:, prompt.shape[1]] for out in served_lookup[3:]]
+    )
+    counts = np.bincount(draws, minlength=len(probabilities)) / len(draws)
+    sigma = np.sqrt(probabilities * (1 - probabilities) / len(draws))
+    np.testing.assert_array_less(np.abs(counts - probabilities), 5 * sigma + 1e-3)
+
+
+def prompt_with_room(prompt):
+    tokens = np.zeros((1, LIMIT), "int32")
+    tokens[:, : prompt.shape[1]] = prompt
+    return tokens
 
 
 def test_bad_arguments(served, tmp_path):
