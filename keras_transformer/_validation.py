@@ -90,18 +90,25 @@ def check_max_new_tokens(value, name="max_new_tokens"):
     return int(value)
 
 
+def _is_token_id(value, vocabulary_size):
+    return (
+        is_int(value)
+        and value > 0
+        and (vocabulary_size is None or value < vocabulary_size)
+    )
+
+
+def _bound(vocabulary_size):
+    return "" if vocabulary_size is None else f" and < {vocabulary_size}"
+
+
 def check_token_id(name, value, vocabulary_size=None):
     """A token id > 0 (0 is padding), below `vocabulary_size` when given;
     returns it as an int."""
-    if (
-        not is_int(value)
-        or value <= 0
-        or (vocabulary_size is not None and value >= vocabulary_size)
-    ):
-        bound = "" if vocabulary_size is None else f" and < {vocabulary_size}"
+    if not _is_token_id(value, vocabulary_size):
         raise ValueError(
-            f"`{name}` must be a token id > 0{bound} (0 is padding). "
-            f"Received: {name}={value!r}"
+            f"`{name}` must be a token id > 0{_bound(vocabulary_size)} (0 is "
+            f"padding). Received: {name}={value!r}"
         )
     return int(value)
 
@@ -119,17 +126,11 @@ def check_token_ids(name, value, vocabulary_size=None):
     ids = list(value)
     if not ids:
         raise ValueError(f"`{name}` must not be empty. Received: {name}={value!r}")
-    for token_id in ids:
-        if (
-            not is_int(token_id)
-            or token_id <= 0
-            or (vocabulary_size is not None and token_id >= vocabulary_size)
-        ):
-            bound = "" if vocabulary_size is None else f" and < {vocabulary_size}"
-            raise ValueError(
-                f"`{name}` must hold token ids > 0{bound} (0 is padding). "
-                f"Received: {name}={value!r}"
-            )
+    if not all(_is_token_id(token_id, vocabulary_size) for token_id in ids):
+        raise ValueError(
+            f"`{name}` must hold token ids > 0{_bound(vocabulary_size)} (0 is "
+            f"padding). Received: {name}={value!r}"
+        )
     return tuple(sorted({int(i) for i in ids}))
 
 

@@ -105,13 +105,9 @@ def export_text_generator(
     path = savedmodel.check_path(path, overwrite)
     if max_new_tokens is None:
         max_new_tokens = limit - 1
-    max_new_tokens = validation.check_max_new_tokens(max_new_tokens)
-    if not 1 <= max_new_tokens < limit:
-        raise ValueError(
-            "`max_new_tokens` must be in [1, max_sequence_length - 1] (the "
-            f"model's max_sequence_length is {limit}, and a prompt needs at "
-            f"least one token). Received: max_new_tokens={max_new_tokens!r}"
-        )
+    max_new_tokens = savedmodel.check_max_new_tokens(
+        max_new_tokens, limit, "a prompt's first token"
+    )
     validation.check_bool("jit_compile", jit_compile)
     validation.check_positive_int(
         "prompt_lookup_num_tokens", prompt_lookup_num_tokens, allow_none=True

@@ -96,6 +96,20 @@ def check_sequence_length(sequence_length, limit, minimum):
     return sequence_length
 
 
+def check_max_new_tokens(max_new_tokens, limit, first_position):
+    """A generating export's cap on new tokens, in `[1, limit - 1]`: the
+    first of the model's `limit` positions holds `first_position` (what the
+    error says holds it)."""
+    max_new_tokens = validation.check_max_new_tokens(max_new_tokens)
+    if not 1 <= max_new_tokens < limit:
+        raise ValueError(
+            "`max_new_tokens` must be in [1, max_sequence_length - 1] (the "
+            f"model's max_sequence_length is {limit}, and {first_position} "
+            f"takes one position). Received: max_new_tokens={max_new_tokens!r}"
+        )
+    return max_new_tokens
+
+
 def pack_bert_inputs(tokenizer, texts, sequence_length, cls_id, sep_id):
     """`[CLS] A [SEP] (B [SEP])` model inputs `(B, T)` from string batches."""
     segments = [tokenizer.tokenize(text) for text in texts]  # (B, None) each

@@ -92,22 +92,9 @@ def export_translator(
     translation = out["translation"].numpy()[0].decode()
     ```
     """
-    return _export(
-        model,
-        source_tokenizer,
-        target_tokenizer,
-        path,
-        dict(
-            max_new_tokens=max_new_tokens,
-            num_beams=num_beams,
-            length_penalty=length_penalty,
-            start_token=start_token,
-            end_token=end_token,
-            jit_compile=jit_compile,
-            overwrite=overwrite,
-        ),
-        ("export_translator", "translate", "sentences", "translation"),
-    )
+    options = _options(locals())
+    names = ("export_translator", "translate", "sentences", "translation")
+    return _export(model, source_tokenizer, target_tokenizer, path, options, names)
 
 
 def export_summarizer(
@@ -162,22 +149,26 @@ def export_summarizer(
     summary = out["summary"].numpy()[0].decode()
     ```
     """
-    return _export(
-        model,
-        tokenizer,
-        tokenizer,
-        path,
-        dict(
-            max_new_tokens=max_new_tokens,
-            num_beams=num_beams,
-            length_penalty=length_penalty,
-            start_token=start_token,
-            end_token=end_token,
-            jit_compile=jit_compile,
-            overwrite=overwrite,
-        ),
-        ("export_summarizer", "summarize", "documents", "summary"),
-    )
+    options = _options(locals())
+    names = ("export_summarizer", "summarize", "documents", "summary")
+    return _export(model, tokenizer, tokenizer, path, options, names)
+
+
+# The exporters' keyword options, the same for translator and summarizer.
+OPTIONS = (
+    "max_new_tokens",
+    "num_beams",
+    "length_penalty",
+    "start_token",
+    "end_token",
+    "jit_compile",
+    "overwrite",
+)
+
+
+def _options(arguments):
+    """The options among an exporter's `locals()`, taken first thing."""
+    return {name: arguments[name] for name in OPTIONS}
 
 
 def _export(model, source_tokenizer, target_tokenizer, path, options, names):
@@ -189,13 +180,9 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
     max_new_tokens = options["max_new_tokens"]
     if max_new_tokens is None:
         max_new_tokens = min(settings.get("max_new_tokens", limit - 1), limit - 1)
-    max_new_tokens = validation.check_max_new_tokens(max_new_tokens)
-    if not 1 <= max_new_tokens < limit:
-        raise ValueError(
-            "`max_new_tokens` must be in [1, max_sequence_length - 1] (the "
-            f"model's max_sequence_length is {limit}, and the start token "
-            f"takes one position). Received: max_new_tokens={max_new_tokens!r}"
-        )
+    max_new_tokens = savedmodel.check_max_new_tokens(
+        max_new_tokens, limit, "the start token"
+    )
     num_beams, length_penalty = options["num_beams"], options["length_penalty"]
     if num_beams is None:
         num_beams = (

@@ -156,6 +156,20 @@ class Sampler:
             f"{type(self).__name__} has no per-token distribution."
         )
 
+    def scores(self, logits, tokens, index, prompt_lengths, stop, end_token_id):
+        """What `next_token` and `distribution` take for position `index`:
+        the model's `(R, V)` logits in float32, padding excluded, divided by
+        the temperature, the options applied (arguments as `process`'s)."""
+        logits = loop.never_padding(tf.cast(logits, tf.float32), tf.float32.min)
+        return self.process(
+            logits / self.temperature,
+            tokens,
+            index,
+            prompt_lengths,
+            stop,
+            end_token_id,
+        )
+
     def process(self, scores, tokens, index, prompt_lengths, stop, end_token_id):
         """Applies the options to the float32 `(R, V)` scores of position
         `index` (HF's logits processors); a no-op when all are off.
@@ -238,16 +252,10 @@ class Sampler:
         def body(tokens, cache, index, done):
             logits, cache = next_fn(tokens, cache, index)
             step_seed = tf.stack([seed[0], seed[1] + index])
-            logits = loop.never_padding(tf.cast(logits, tf.float32), tf.float32.min)
-            logits = self.process(
-                logits / self.temperature,
-                tokens,
-                index,
-                prompt_lengths,
-                stop,
-                end_token_id,
+            scores = self.scores(
+                logits, tokens, index, prompt_lengths, stop, end_token_id
             )
-            chosen = self.next_token(logits, step_seed)
+            chosen = self.next_token(scores, step_seed)
             in_prompt = prompt_mask[:, index]
             chosen = tf.where(in_prompt, tokens[:, index], chosen)
             chosen = tf.where(done, tf.zeros_like(chosen), chosen)

@@ -85,14 +85,8 @@ def speculative_decode_function(
         def distribution(logits, written, index):
             """The sampler's probabilities for position `index`, given the
             tokens `written` before it; one-hot on prompt positions."""
-            logits = loop.never_padding(tf.cast(logits, tf.float32), tf.float32.min)
-            scores = sampler.process(
-                logits / sampler.temperature,
-                written,
-                index,
-                prompt_lengths,
-                stop,
-                end_token_id,
+            scores = sampler.scores(
+                logits, written, index, prompt_lengths, stop, end_token_id
             )
             probs = sampler.distribution(scores)
             forced = tf.one_hot(written[:, index], vocabulary)

@@ -292,30 +292,22 @@ def _pairs(model):
         norm = getattr(model, f"{side}_embeddings_layer_norm")
         if norm is not None:
             pairs += checkpoint.norm_pairs(f"model.{side}.layernorm_embedding", norm)
-    for i, block in enumerate(model.encoder_blocks):
-        prefix = f"model.encoder.layers.{i}"
-        pairs += _attention_pairs(
-            f"{prefix}.self_attn", block.self_attention_layer, heads, size
-        )
-        pairs += checkpoint.norm_pairs(
-            f"{prefix}.self_attn_layer_norm", block.self_attention_layer_norm
-        )
-        pairs += _feedforward_pairs(prefix, block)
-    for i, block in enumerate(model.decoder_blocks):
-        prefix = f"model.decoder.layers.{i}"
-        pairs += _attention_pairs(
-            f"{prefix}.self_attn", block.self_attention_layer, heads, size
-        )
-        pairs += checkpoint.norm_pairs(
-            f"{prefix}.self_attn_layer_norm", block.self_attention_layer_norm
-        )
-        pairs += _attention_pairs(
-            f"{prefix}.encoder_attn", block.cross_attention_layer, heads, size
-        )
-        pairs += checkpoint.norm_pairs(
-            f"{prefix}.encoder_attn_layer_norm", block.cross_attention_layer_norm
-        )
-        pairs += _feedforward_pairs(prefix, block)
+    for side in ("encoder", "decoder"):
+        for i, block in enumerate(getattr(model, f"{side}_blocks")):
+            prefix = f"model.{side}.layers.{i}"
+            # Each sublayer's attention, then its LayerNorm; the feed-forward.
+            attentions = [("self_attn", "self_attention")]
+            if side == "decoder":
+                attentions.append(("encoder_attn", "cross_attention"))
+            for theirs, ours in attentions:
+                pairs += _attention_pairs(
+                    f"{prefix}.{theirs}", getattr(block, f"{ours}_layer"), heads, size
+                )
+                pairs += checkpoint.norm_pairs(
+                    f"{prefix}.{theirs}_layer_norm",
+                    getattr(block, f"{ours}_layer_norm"),
+                )
+            pairs += _feedforward_pairs(prefix, block)
     return pairs
 
 

@@ -128,6 +128,29 @@ def replace_invalid_utf8(strings):
     )
 
 
+def as_token_ids(inputs, name="inputs"):
+    """Integer ids of rank 1 or 2 (a tensor, a `tf.RaggedTensor`, or what
+    converts to one), or a ValueError saying what is wrong."""
+    ids = inputs
+    if not isinstance(ids, tf.RaggedTensor):
+        ids = tf.convert_to_tensor(ids)
+    if not ids.dtype.is_integer or ids.shape.rank not in (1, 2):
+        raise ValueError(
+            f"`{name}` must be integer token ids of rank 1 or 2. Received: "
+            f"{name} with dtype {ids.dtype.name} and shape {ids.shape}"
+        )
+    return ids
+
+
+def is_string_spec(spec):
+    """Whether a dataset element `spec` is a single string."""
+    return (
+        isinstance(spec, tf.TensorSpec)
+        and spec.dtype == tf.string
+        and spec.shape.rank == 0
+    )
+
+
 def check_string_dataset(dataset, name="dataset"):
     """Checks `dataset` is a `tf.data.Dataset` of single strings."""
     if not isinstance(dataset, tf.data.Dataset):
@@ -135,11 +158,7 @@ def check_string_dataset(dataset, name="dataset"):
             f"`{name}` must be a tf.data.Dataset. Received: {name}={dataset!r}"
         )
     spec = dataset.element_spec
-    if (
-        not isinstance(spec, tf.TensorSpec)
-        or spec.dtype != tf.string
-        or spec.shape.rank != 0
-    ):
+    if not is_string_spec(spec):
         raise ValueError(
             f"`{name}` must yield single strings (unbatched). "
             f"Received: element_spec={spec}"

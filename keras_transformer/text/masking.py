@@ -9,6 +9,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
+from keras_transformer.text import checks
 from keras_transformer.text._lazy import tf_text
 
 
@@ -206,14 +207,7 @@ class MaskedLMMaskGenerator(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        ids = inputs
-        if not isinstance(ids, tf.RaggedTensor):
-            ids = tf.convert_to_tensor(ids)
-        if not ids.dtype.is_integer or ids.shape.rank not in (1, 2):
-            raise ValueError(
-                "`inputs` must be integer token ids of rank 1 or 2. "
-                f"Received: inputs with dtype {ids.dtype.name} and shape {ids.shape}"
-            )
+        ids = checks.as_token_ids(inputs)
         rank, dense = ids.shape.rank, not isinstance(ids, tf.RaggedTensor)
         batch = tf.cast(ids if rank == 2 else ids[None], tf.int32)
         if dense:

@@ -6,6 +6,7 @@ Shape legend: B batch, T sequence length, W windows.
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
+from keras_transformer.text import checks
 from keras_transformer.text._lazy import tf_text
 
 
@@ -14,13 +15,7 @@ def as_ragged_ids(ids, name):
 
     Dense 2-D ids lose their trailing padding (0).
     """
-    if not isinstance(ids, tf.RaggedTensor):
-        ids = tf.convert_to_tensor(ids)
-    if not ids.dtype.is_integer or ids.shape.rank not in (1, 2):
-        raise ValueError(
-            f"`{name}` must be integer token ids of rank 1 or 2. "
-            f"Received: {name} with dtype {ids.dtype.name} and shape {ids.shape}"
-        )
+    ids = checks.as_token_ids(ids, name)
     unbatched = ids.shape.rank == 1
     if unbatched:
         ids = ids[None]

@@ -119,10 +119,7 @@ def classification_dataset(dataset, tokenizer, sequence_length, batch_size):
     texts_spec = spec[0] if isinstance(spec, tuple) and len(spec) == 2 else None
     pair = isinstance(texts_spec, tuple) and len(texts_spec) == 2
     leaves = texts_spec if pair else (texts_spec,)
-    if texts_spec is None or not all(
-        isinstance(s, tf.TensorSpec) and s.dtype == tf.string and s.shape.rank == 0
-        for s in leaves
-    ):
+    if texts_spec is None or not all(map(checks.is_string_spec, leaves)):
         raise ValueError(
             "`dataset` must be a tf.data.Dataset of (text, label) or "
             f"((text_a, text_b), label). Received: {dataset!r}"
@@ -212,10 +209,7 @@ def translation_dataset(
     if not (
         isinstance(spec, tuple)
         and len(spec) == 2
-        and all(
-            isinstance(s, tf.TensorSpec) and s.dtype == tf.string and s.shape.rank == 0
-            for s in spec
-        )
+        and all(map(checks.is_string_spec, spec))
     ):
         raise ValueError(
             "`dataset` must be a tf.data.Dataset of (source, target) strings. "

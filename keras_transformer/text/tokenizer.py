@@ -161,14 +161,7 @@ class Tokenizer(keras.layers.Layer):
         ids = inputs
         if isinstance(ids, list | tuple):
             ids = tf.ragged.constant(ids, dtype=tf.int32)
-        if not isinstance(ids, tf.RaggedTensor):
-            ids = tf.convert_to_tensor(ids)
-        if not ids.dtype.is_integer or ids.shape.rank not in (1, 2):
-            raise ValueError(
-                "`inputs` must be integer token ids of rank 1 or 2. "
-                f"Received: inputs with dtype {ids.dtype.name} and shape "
-                f"{ids.shape}"
-            )
+        ids = checks.as_token_ids(ids)
         rank = ids.shape.rank
         batch = tf.cast(ids if rank == 2 else ids[None], tf.int32)
         if not isinstance(batch, tf.RaggedTensor):
