@@ -1,0 +1,237 @@
+"""Filling in masked words: a `kt.models.BERTMaskedLM` and its tokenizer,
+texts with `[MASK]` in, the likeliest tokens for each mask out.
+
+Shape legend: B batch, T sequence length, P masks per text, K top_k,
+V vocabulary size.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer import _validation as validation
+from keras_transformer.export import savedmodel
+from keras_transformer.models import BERTMaskedLM
+from keras_transformer.tasks.base import Task
+from keras_transformer.tasks.text_classifier import (
+    check_batch_size,
+    check_bert_tokenizer,
+    check_texts,
+    in_batches,
+    without_padding_columns,
+)
+from keras_transformer.text import checks as text_checks
+from keras_transformer.text import pack_segments
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class FillMask(Task):
+    """Predicts the tokens hidden by `[MASK]` with a `kt.models.BERTMaskedLM`.
+
+    The text is split at each `[MASK]`, the pieces are tokenized and joined
+    by the `[MASK]` id (as Hugging Face's tokenizers treat the mask token),
+    then packed as `[CLS] text [SEP]` and trimmed to the model's
+    `max_sequence_length`, as `kt.text.masked_lm_dataset` packs training
+    texts.
+
+    Args:
+        model: a `kt.models.BERTMaskedLM`.
+        tokenizer: its `kt.text` tokenizer, with `[CLS]`, `[SEP]` and
+            `[MASK]` and no `bos_token` or `eos_token` (its own
+            `sequence_length`, if any, is ignored).
+        **kwargs: base `keras.Model` arguments (`name`).
+
+    Examples:
+        >>> import keras_transformer as kt
+        >>> vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "sky",
+        ...          "is", "blue"]
+        >>> backbone = kt.models.BERT(9, num_layers=1, num_heads=2, hidden_dim=8,
+        ...                           intermediate_dim=16, max_sequence_length=8)
+        >>> fill = kt.tasks.FillMask(kt.models.BERTMaskedLM(backbone),
+        ...                          kt.text.WordPieceTokenizer(vocab))
+        >>> best = fill.predict("The [MASK] is blue.", top_k=2)
+        >>> len(best), sorted(best[0])
+        (2, ['score', 'sequence', 'token', 'token_id'])
+    """
+
+    model_classes = (BERTMaskedLM,)
+    architectures = ("BertForMaskedLM",)
+
+    def __init__(self, model, tokenizer, **kwargs):
+        super().__init__(model, **kwargs)  # the tokenizer is checked below
+        self.cls_id, self.sep_id = check_bert_tokenizer(
+            tokenizer, model, "kt.tasks.FillMask"
+        )
+        self.mask_id = text_checks.special_token_id(
+            tokenizer, text_checks.MASK, "kt.tasks.FillMask"
+        )
+        if tokenizer.bos_token is not None or tokenizer.eos_token is not None:
+            raise ValueError(
+                "kt.tasks.FillMask needs a tokenizer without bos_token and "
+                "eos_token (it tokenizes the text between masks piece by "
+                f"piece). Received: bos_token={tokenizer.bos_token!r}, "
+                f"eos_token={tokenizer.eos_token!r}"
+            )
+        self.tokenizer = tokenizer
+        self.sequence_length = model.backbone.max_sequence_length
+        self._pack_function = None
+        self._fill_function = None
+
+    @property
+    def mask_token(self):
+        """The mask token texts write: `"[MASK]"`."""
+        return text_checks.MASK
+
+    def predict(self, texts, top_k=5, batch_size=32):
+        """The `top_k` likeliest tokens at each `[MASK]` of each text.
+
+        Args:
+            texts: a string or a list of strings, each with at least one
+                `[MASK]` within the model's `max_sequence_length` tokens.
+            top_k: K, how many tokens to give for each mask.
+            batch_size: texts run through the model at a time.
+
+        Returns:
+            As Hugging Face's fill-mask pipeline: for a text with one
+            `[MASK]`, a list of K dicts, likeliest first, `{"token": str
+            (the vocabulary's token, e.g. "##s"), "token_id": int, "score":
+            float (its probability), "sequence": str (the text with that
+            token at the mask, detokenized; other masks stay "[MASK]")}`;
+            for a text with several masks, one such list per mask. A string
+            gives that; a list of texts gives a list of them.
+
+        Raises:
+            ValueError: `texts` is empty or holds a non-string; a text has
+                no `[MASK]`, or its masks lie past the model's length;
+                `top_k` is not in `[1, V]`.
+        """
+        texts, single = check_texts(texts)
+        for i, text in enumerate(texts):
+            if self.mask_token not in text:
+                raise ValueError(
+                    f"Each text must hold {self.mask_token}. "
+                    f"Received: texts[{i}]={text!r}"
+                )
+        vocabulary_size = self.model.backbone.vocabulary_size
+        if not validation.is_int(top_k) or not 1 <= top_k <= vocabulary_size:
+            raise ValueError(
+                f"`top_k` must be an integer in [1, {vocabulary_size}] (the "
+                f"vocabulary size). Received: top_k={top_k!r}"
+            )
+        check_batch_size(batch_size)
+        batches = in_batches(self._packer(), [texts], batch_size)
+        found = np.concatenate(
+            [(inputs["token_ids"] == self.mask_id).sum(1) for inputs in batches]
+        )
+        for i, count in enumerate(found):
+            if count < texts[i].count(self.mask_token):
+                raise ValueError(
+                    f"Each [MASK] must lie within the model's "
+                    f"max_sequence_length ({self.sequence_length} tokens, "
+                    f"[CLS] and [SEP] included). Received: texts[{i}]={texts[i]!r}"
+                )
+        fill = self._filler()
+        results = []
+        for inputs in batches:
+            probabilities, token_ids = fill(inputs, tf.constant(top_k))
+            results += self._candidates(
+                inputs, probabilities.numpy(), token_ids.numpy()
+            )
+        return results[0] if single else results
+
+    def export(self, path, **options):
+        """Not available: `kt.export` has no fill-mask exporter yet.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError(
+            "kt.tasks.FillMask has no SavedModel export: kt.export has no "
+            "fill-mask exporter yet. Save the task with task.save(path)."
+        )
+
+    def _candidates(self, inputs, probabilities, token_ids):
+        """The result dicts of one batch (`probabilities` and `token_ids`
+        `(B, P, K)`): each text's list per mask."""
+        results, sequences = [], []
+        for row, ids in enumerate(inputs["token_ids"]):
+            length = int(inputs["padding_mask"][row].sum())
+            text = ids[1 : length - 1]  # without [CLS] and [SEP]
+            positions = np.flatnonzero(text == self.mask_id)
+            masks = []
+            for p, position in enumerate(positions):
+                candidates = []
+                for k, token_id in enumerate(token_ids[row, p].tolist()):
+                    filled = text.copy()
+                    filled[position] = token_id
+                    sequences.append(filled.tolist())
+                    candidates.append(
+                        {
+                            "token": self.tokenizer.id_to_token(token_id),
+                            "token_id": token_id,
+                            "score": float(probabilities[row, p, k]),
+                        }
+                    )
+                masks.append(candidates)
+            results.append(masks)
+        decoded = iter(self.tokenizer.detokenize(sequences).numpy())
+        for masks in results:
+            for candidates in masks:
+                for candidate in candidates:
+                    candidate["sequence"] = next(decoded).decode("utf-8")
+        return [masks[0] if len(masks) == 1 else masks for masks in results]
+
+    def _packer(self):
+        """Strings `(B,)` -> packed inputs `(B, T)`, masks kept as `[MASK]`."""
+        if self._pack_function is None:
+            tokenizer = savedmodel.without_sequence_length(self.tokenizer)
+
+            @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+            def pack(texts):
+                pieces = tf.strings.split(texts, sep=self.mask_token)  # (B, None)
+                ids = tokenizer.tokenize(pieces.flat_values)  # (pieces, None)
+                # A [MASK] after every piece but the last of its text.
+                last = pieces.row_splits[1:] - 1
+                masked = tf.ones_like(pieces.flat_values, tf.int64)
+                masked = tf.tensor_scatter_nd_update(
+                    masked, last[:, None], tf.zeros_like(last)
+                )
+                masks = tf.RaggedTensor.from_row_lengths(
+                    tf.fill([tf.reduce_sum(masked)], self.mask_id), masked
+                )
+                ids = tf.concat([ids, tf.cast(masks, ids.dtype)], axis=1)
+                ids = pieces.with_flat_values(ids).merge_dims(1, 2)  # (B, None)
+                inputs = pack_segments(
+                    ids, self.sequence_length, self.cls_id, self.sep_id
+                )
+                return without_padding_columns(inputs)
+
+            self._pack_function = pack
+        return self._pack_function
+
+    def _filler(self):
+        """Packed inputs `(B, T)` and K -> probabilities and ids `(B, P, K)`
+        of the likeliest tokens at each mask (padded with position 0 where a
+        text has fewer masks)."""
+        if self._fill_function is None:
+            specs = {
+                "token_ids": tf.TensorSpec([None, None], tf.int32),
+                "segment_ids": tf.TensorSpec([None, None], tf.int32),
+                "padding_mask": tf.TensorSpec([None, None], tf.bool),
+            }
+
+            @tf.function(input_signature=[specs, tf.TensorSpec([], tf.int32)])
+            def fill(inputs, top_k):
+                is_mask = inputs["token_ids"] == self.mask_id  # (B, T)
+                positions = tf.broadcast_to(
+                    tf.range(tf.shape(is_mask)[1]), tf.shape(is_mask)
+                )
+                positions = tf.ragged.boolean_mask(positions, is_mask).to_tensor()
+                logits = self.model(
+                    {**inputs, "mask_positions": positions}, training=False
+                )  # (B, P, V)
+                probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+                return tf.math.top_k(probabilities, top_k)
+
+            self._fill_function = fill
+        return self._fill_function
