@@ -1,0 +1,352 @@
+"""Seq2seq tasks: `Translator` (sentences in, translations out) and
+`Summarizer` (documents in, summaries out), over a `kt.models.Seq2Seq`.
+
+Both decode as `kt.export.export_translator` does, so a task and its
+export give the same text: each text is tokenized and cut to the model's
+`max_sequence_length` (`tokenizer.truncate`, which keeps `eos_token`), the
+decoder starts from the model's `decoder_start_token_id` (else `[START]`),
+`kt.generation.generate` runs with the model's `generation_config` (an
+imported Marian's or BART's beam search) under the caller's arguments, and
+the ids up to the end token are detokenized (a text that gives no tokens
+gives "", as served).
+
+Shape legend: B batch, S source length.
+"""
+
+import inspect
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer import _validation as validation
+from keras_transformer.export import export_summarizer, export_translator, savedmodel
+from keras_transformer.export.translator import NOT_SAMPLER_OPTIONS
+from keras_transformer.generation import Sampler, generate
+from keras_transformer.models import Seq2Seq
+from keras_transformer.tasks import inputs
+from keras_transformer.tasks.base import Task
+from keras_transformer.text import checks, pack_seq2seq, translation_dataset
+from keras_transformer.training import MaskedSparseCategoricalCrossentropy
+
+# The options every sampler takes (`kt.generation.Sampler`'s keyword-only
+# arguments): a checkpoint's settings keep only these when the caller names
+# another sampler than the checkpoint's.
+SHARED_OPTIONS = tuple(
+    name
+    for name, parameter in inspect.signature(Sampler.__init__).parameters.items()
+    if parameter.kind is parameter.KEYWORD_ONLY
+)
+
+
+class Seq2SeqTask(Task):
+    """What `Translator` and `Summarizer` share: decoding texts, `fit` on
+    text pairs. Subclasses provide `source_tokenizer` and `target_tokenizer`.
+    """
+
+    model_classes = (Seq2Seq,)
+
+    def _generate(self, name, texts, max_new_tokens, sampler, seed, sampler_args):
+        """The decoded texts of `texts` (the argument `name`): a str for a
+        str, a list of str for a list."""
+        single, strings = inputs.check_texts(name, texts)
+        options = self._decoding_options(max_new_tokens, sampler, sampler_args)
+        limit = self.model.max_sequence_length
+        source = savedmodel.without_sequence_length(self.source_tokenizer)
+        rows = source.truncate(source.tokenize(strings), limit).to_list()
+        empty = np.array([not row for row in rows])
+        if empty.all():
+            return "" if single else [""] * len(strings)
+        start = np.full((len(rows), 1), self._start_id(), "int32")
+        ids = {"encoder_token_ids": inputs.pad(rows), "decoder_token_ids": start}
+        tokens = generate(self.model, ids, seed=seed, **options)[:, 1:]
+        tokens = np.where(tokens == options["end_token_id"], 0, tokens)
+        tokens[empty] = 0
+        texts = self.target_tokenizer.detokenize(tokens).numpy()
+        texts = [text.decode("utf-8", errors="replace") for text in texts]
+        return texts[0] if single else texts
+
+    def _decoding_options(self, max_new_tokens, sampler, sampler_args):
+        """`generate`'s keyword arguments: the model's `generation_config`,
+        overridden by the caller's (as the exporters read it)."""
+        settings = dict(getattr(self.model, "generation_config", None) or {})
+        limit = self.model.max_sequence_length
+        if max_new_tokens is None:
+            max_new_tokens = min(settings.get("max_new_tokens", limit - 1), limit - 1)
+        max_new_tokens = savedmodel.check_max_new_tokens(
+            max_new_tokens, limit, "the start token"
+        )
+        end_id = settings.get("end_token_id")
+        if end_id is None:
+            end_id = checks.special_token_id(
+                self.target_tokenizer, checks.END, f"kt.tasks.{type(self).__name__}"
+            )
+        options = {k: v for k, v in settings.items() if k not in NOT_SAMPLER_OPTIONS}
+        own = settings.get("sampler", "greedy")
+        if sampler is None:
+            sampler = own
+        elif isinstance(sampler, Sampler):
+            options = {}  # the instance carries its options
+        elif sampler != own:
+            options = {k: v for k, v in options.items() if k in SHARED_OPTIONS}
+        return {
+            "max_new_tokens": max_new_tokens,
+            "sampler": sampler,
+            "end_token_id": end_id,
+            **options,
+            **sampler_args,
+        }
+
+    def _start_id(self):
+        start = getattr(self.model, "decoder_start_token_id", None)
+        if start is not None:
+            return int(start)
+        return checks.special_token_id(
+            self.target_tokenizer, checks.START, f"kt.tasks.{type(self).__name__}"
+        )
+
+    def fit(self, pairs, batch_size=32, epochs=1, **kwargs):
+        """Trains on `(source, target)` strings, batched by
+        `kt.text.translation_dataset` (decoder inputs `[START] y`, labels
+        `y [END]`, both the model's `max_sequence_length`). An imported
+        checkpoint (a model with a `decoder_start_token_id`, a target
+        tokenizer with an `eos_token`) trains as `transformers` fine-tunes
+        it: labels are the target's ids with their `</s>`, decoder inputs
+        the decoder start token and the labels but the last.
+
+        An uncompiled task is first compiled with Adam (learning rate 1e-3)
+        and `kt.training.MaskedSparseCategoricalCrossentropy`; compile it
+        yourself for other settings.
+
+        Args:
+            pairs: a non-empty list of `(source, target)` string pairs, or a
+                `tf.data.Dataset` of single `(source, target)` strings.
+            batch_size: pairs per batch.
+            epochs: passes over `pairs`.
+            **kwargs: `keras.Model.fit` arguments (`verbose`, `callbacks`).
+
+        Returns:
+            The `keras.callbacks.History` of `fit`.
+        """
+        dataset = pairs_dataset(pairs)
+        validation.check_positive_int("batch_size", batch_size)
+        start = getattr(self.model, "decoder_start_token_id", None)
+        if start is None or self.target_tokenizer.eos_token is None:
+            data = translation_dataset(
+                dataset,
+                self.source_tokenizer,
+                self.model.max_sequence_length,
+                batch_size,
+                target_tokenizer=self.target_tokenizer,
+            )
+        else:
+            data = self._checkpoint_batches(dataset, batch_size, start)
+        if not self.compiled:
+            self.compile(
+                optimizer=keras.optimizers.Adam(1e-3),
+                loss=MaskedSparseCategoricalCrossentropy(),
+            )
+        return super().fit(data, epochs=epochs, **kwargs)
+
+    def _checkpoint_batches(self, dataset, batch_size, start_id):
+        """`(inputs, labels)` batches in the layout of `transformers`: both
+        sides cut to the model's length by `truncate` (which keeps `</s>`)."""
+        spec = dataset.element_spec
+        if not (
+            isinstance(spec, tuple)
+            and len(spec) == 2
+            and all(map(checks.is_string_spec, spec))
+        ):
+            raise ValueError(
+                "`pairs` must be a tf.data.Dataset of (source, target) strings. "
+                f"Received: element_spec={spec}"
+            )
+        limit = self.model.max_sequence_length
+        source = savedmodel.without_sequence_length(self.source_tokenizer)
+        target = savedmodel.without_sequence_length(self.target_tokenizer)
+        end_id = target.token_to_id(target.eos_token)
+
+        def prepare(sources, targets):
+            source_ids = source.truncate(source.tokenize(sources), limit)
+            target_ids = target.truncate(target.tokenize(targets), limit)
+            # The labels without their </s>: pack_seq2seq puts it back.
+            return pack_seq2seq(
+                source_ids, target_ids[:, :-1], limit, limit, start_id, end_id
+            )
+
+        return (
+            dataset.batch(batch_size)
+            .map(prepare, num_parallel_calls=tf.data.AUTOTUNE)
+            .prefetch(tf.data.AUTOTUNE)
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Translator(Seq2SeqTask):
+    """A seq2seq model and its tokenizers: sentences in, translations out.
+
+    Args:
+        model: a `kt.models.Seq2Seq`.
+        source_tokenizer: the `kt.text` tokenizer of the source language.
+        target_tokenizer: the tokenizer of the target language; None: the
+            source's. Without the model's `decoder_start_token_id` and
+            `generation_config` it needs `[START]` and `[END]`.
+        **kwargs: base `keras.Model` arguments (`name`).
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> vocabulary = kt.text.build_char_vocabulary(["hello world"])
+        >>> tokenizer = kt.text.CharTokenizer(vocabulary)
+        >>> model = kt.models.seq2seq(len(vocabulary), num_layers=1, num_heads=2,
+        ...                           hidden_dim=8, intermediate_dim=16,
+        ...                           max_sequence_length=8)
+        >>> translator = kt.tasks.Translator(model, tokenizer)
+        >>> isinstance(translator.translate("hello", max_new_tokens=2), str)
+        True
+    """
+
+    architectures = ("MarianMTModel",)
+    serialized_arguments = ("model", "source_tokenizer", "target_tokenizer")
+
+    def __init__(self, model, source_tokenizer, target_tokenizer=None, **kwargs):
+        super().__init__(model, source_tokenizer, **kwargs)
+        if target_tokenizer is not None:
+            savedmodel.check_tokenizer(
+                target_tokenizer, "target_tokenizer", model.decoder_vocabulary_size
+            )
+        self.target_tokenizer = (
+            source_tokenizer if target_tokenizer is None else target_tokenizer
+        )
+
+    @property
+    def source_tokenizer(self):
+        """The tokenizer of the source language (also `tokenizer`)."""
+        return self.tokenizer
+
+    @classmethod
+    def _from_folder(cls, model, tokenizer, config):
+        # A Marian folder has a (source, target) pair of tokenizers.
+        pair = tokenizer if isinstance(tokenizer, tuple) else (tokenizer,)
+        return cls(model, *pair)
+
+    def translate(
+        self, texts, max_new_tokens=None, sampler=None, seed=None, **sampler_args
+    ):
+        """Translates a sentence or a list of sentences.
+
+        Args:
+            texts: a non-empty string, or a non-empty list of them.
+            max_new_tokens: the longest translation in tokens; None: the
+                model's `generation_config`'s, else `max_sequence_length - 1`.
+            sampler: a `kt.generation.generate` sampler name or instance;
+                None: the `generation_config`'s (an imported Marian's beam
+                search), else `"greedy"`. Naming another sampler keeps only
+                the options every sampler takes from the checkpoint's.
+            seed: the seed of sampling samplers.
+            **sampler_args: the sampler's arguments (`num_beams`,
+                `length_penalty`, `temperature`, ...), over the
+                checkpoint's.
+
+        Returns:
+            The translation: a str for a str, a list of str for a list.
+        """
+        return self._generate(
+            "texts", texts, max_new_tokens, sampler, seed, sampler_args
+        )
+
+    def export(self, path, **options):
+        """`kt.export.export_translator` of this model and its tokenizers;
+        served, it gives `translate`'s text (with `num_beams` and
+        `length_penalty` as `translate(sampler="beam", ...)` takes them)."""
+        return export_translator(
+            self.model, self.source_tokenizer, self.target_tokenizer, path, **options
+        )
+
+    def get_config(self):
+        config = super().get_config()
+        if self.target_tokenizer is self.tokenizer:
+            config["target_tokenizer"] = None  # one tokenizer, saved once
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Summarizer(Seq2SeqTask):
+    """A seq2seq model and its tokenizer: documents in, summaries out.
+
+    Decodes as `Translator` does, with one tokenizer for documents and
+    summaries (an imported BART's, with its beam search settings).
+
+    Args:
+        model: a `kt.models.Seq2Seq`.
+        tokenizer: the `kt.text` tokenizer of documents and summaries.
+        **kwargs: base `keras.Model` arguments (`name`).
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> vocabulary = kt.text.build_char_vocabulary(["a long document"])
+        >>> tokenizer = kt.text.CharTokenizer(vocabulary)
+        >>> model = kt.models.seq2seq(len(vocabulary), num_layers=1, num_heads=2,
+        ...                           hidden_dim=8, intermediate_dim=16,
+        ...                           max_sequence_length=8)
+        >>> summarizer = kt.tasks.Summarizer(model, tokenizer)
+        >>> len(summarizer.summarize(["a document", "long"], max_new_tokens=2))
+        2
+    """
+
+    architectures = ("BartForConditionalGeneration",)
+
+    @property
+    def source_tokenizer(self):
+        return self.tokenizer
+
+    @property
+    def target_tokenizer(self):
+        return self.tokenizer
+
+    def summarize(
+        self, texts, max_new_tokens=None, sampler=None, seed=None, **sampler_args
+    ):
+        """Summarizes a document or a list of documents.
+
+        Args:
+            texts: a non-empty string, or a non-empty list of them.
+            max_new_tokens: see `Translator.translate`.
+            sampler: see `Translator.translate` (an imported BART's beam
+                search by default).
+            seed: the seed of sampling samplers.
+            **sampler_args: see `Translator.translate`.
+
+        Returns:
+            The summary: a str for a str, a list of str for a list.
+        """
+        return self._generate(
+            "texts", texts, max_new_tokens, sampler, seed, sampler_args
+        )
+
+    def export(self, path, **options):
+        """`kt.export.export_summarizer` of this model and tokenizer; served,
+        it gives `summarize`'s text."""
+        return export_summarizer(self.model, self.tokenizer, path, **options)
+
+
+def pairs_dataset(pairs):
+    """A `tf.data.Dataset` of `(source, target)` strings from `pairs`."""
+    if isinstance(pairs, tf.data.Dataset):
+        return pairs  # translation_dataset checks its elements
+    if not isinstance(pairs, list | tuple) or not pairs:
+        raise ValueError(
+            "`pairs` must be a non-empty list of (source, target) strings or a "
+            f"tf.data.Dataset of them. Received: pairs={validation.describe(pairs)}"
+        )
+    for i, pair in enumerate(pairs):
+        if (
+            not isinstance(pair, list | tuple)
+            or len(pair) != 2
+            or not all(isinstance(text, str) for text in pair)
+        ):
+            raise ValueError(
+                "`pairs` must hold (source, target) pairs of strings. "
+                f"Received: pairs[{i}]={pair!r}"
+            )
+    sources, targets = zip(*pairs, strict=True)
+    return tf.data.Dataset.from_tensor_slices((list(sources), list(targets)))
