@@ -246,6 +246,7 @@ class TextClassifier(Task):
             self._batches(data, batch_size),
             epochs=epochs,
             validation_data=validation_data,
+            shuffle=False,  # the dataset shuffles
             **kwargs,
         )
 
