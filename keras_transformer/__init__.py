@@ -7,6 +7,7 @@ from keras_transformer import (  # noqa: E402
     generation,
     layers,
     models,
+    tasks,
     text,
     training,
 )
@@ -17,6 +18,7 @@ __all__ = [
     "generation",
     "layers",
     "models",
+    "tasks",
     "text",
     "training",
 ]

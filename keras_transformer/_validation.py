@@ -25,6 +25,15 @@ def check_positive_int(name, value, allow_none=False):
         )
 
 
+def check_positive_number(name, value):
+    """An int or float > 0 (not a bool, not NaN)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or not value > 0 or value == float("inf"):
+        raise ValueError(
+            f"`{name}` must be a finite number > 0. Received: {name}={value!r}"
+        )
+
+
 def check_bool(name, value):
     if not isinstance(value, bool):
         raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")

@@ -13,6 +13,15 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 
 # What each room may import (besides itself and the root's _validation).
+_BELOW_TASKS = {
+    "layers",
+    "models",
+    "text",
+    "training",
+    "generation",
+    "pretrained",
+    "export",
+}
 ALLOWED = {
     "layers": set(),
     "text": set(),
@@ -21,15 +30,8 @@ ALLOWED = {
     "generation": {"layers", "models"},
     "pretrained": {"layers", "models", "text", "generation"},
     "export": {"layers", "models", "text", "generation"},
-    "cli": {
-        "layers",
-        "models",
-        "text",
-        "training",
-        "generation",
-        "pretrained",
-        "export",
-    },
+    "tasks": _BELOW_TASKS,
+    "cli": _BELOW_TASKS | {"tasks"},
 }
 # The contract's `kt.models.from_pretrained` / `save_pretrained` are the
 # pretrained room's face, re-exported by the models package.

@@ -53,6 +53,23 @@ def write_columns(tokens, index, values):
     return written
 
 
+def seen_tokens(tokens, index, vocabulary):
+    """Bool `(R, V)`: the ids in `tokens[:, :index]`, padding (0) excluded
+    (the tokens HF's RepetitionPenaltyLogitsProcessor penalizes)."""
+    rows = tf.shape(tokens)[0]
+    before = tf.range(tf.shape(tokens)[1])[None] < index  # (1, L)
+    ids = tf.where(before, tokens, 0)
+    positions = tf.stack(
+        [tf.broadcast_to(tf.range(rows)[:, None], tf.shape(ids)), ids], axis=-1
+    )
+    counts = tf.scatter_nd(
+        tf.reshape(positions, [-1, 2]),
+        tf.ones_like(tf.reshape(ids, [-1])),
+        tf.stack([rows, vocabulary]),
+    )
+    return tf.logical_and(counts > 0, tf.range(vocabulary)[None] > 0)
+
+
 def repeated_ngrams(tokens, index, n, vocabulary):
     """Bool `(R, V)`: the tokens that would complete an n-gram already in
     `tokens[:, :index]` (HF's NoRepeatNGramLogitsProcessor), fixed shapes.

@@ -84,6 +84,10 @@ class Sampler:
         renormalize_logits: a log-softmax after the options (HF
             `renormalize_logits`; it changes beam search scores, not greedy or
             sampled choices).
+        repetition_penalty: a number > 0, or None (off): the score of every
+            id already in the row, prompt included, is divided by it where
+            positive and multiplied by it where negative (HF
+            `repetition_penalty`; > 1 discourages repeats).
     """
 
     num_rows = 1
@@ -100,6 +104,7 @@ class Sampler:
         forced_first_token_id=None,
         force_end_token=False,
         renormalize_logits=False,
+        repetition_penalty=None,
     ):
         _check_temperature(temperature)
         self.temperature = temperature
@@ -121,6 +126,10 @@ class Sampler:
         self.force_end_token = force_end_token
         validation.check_bool("renormalize_logits", renormalize_logits)
         self.renormalize_logits = renormalize_logits
+        if repetition_penalty is not None:
+            validation.check_positive_number("repetition_penalty", repetition_penalty)
+            repetition_penalty = float(repetition_penalty)
+        self.repetition_penalty = repetition_penalty
 
     def config(self):
         """Hashable description, used to reuse compiled decode loops."""
@@ -143,6 +152,7 @@ class Sampler:
             or self.forced_first_token_id is not None
             or self.force_end_token
             or self.renormalize_logits
+            or self.repetition_penalty is not None
         )
 
     def next_token(self, logits, seed):
@@ -185,6 +195,12 @@ class Sampler:
         if not self.has_options():
             return scores
         vocabulary = tf.shape(scores)[1]
+        if self.repetition_penalty is not None:
+            # Dividing by the temperature first does not change the sign.
+            seen = loop.seen_tokens(tokens, index, vocabulary)
+            penalty = self.repetition_penalty
+            penalized = tf.where(scores > 0, scores / penalty, scores * penalty)
+            scores = tf.where(seen, penalized, scores)
         banned = []  # bool masks broadcasting to (R, V)
         if self.no_repeat_ngram_size:
             n = self.no_repeat_ngram_size

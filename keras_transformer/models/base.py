@@ -170,7 +170,13 @@ class ModelMixin(FitMixin):
 
     @classmethod
     def from_preset(cls, name, **overrides):
-        """Builds the preset `name`; each override replaces exactly that value.
+        """Builds the architecture of preset `name`, with fresh random
+        weights; each override replaces exactly that value.
+
+        Unlike KerasHub's `from_preset`, nothing is downloaded and no
+        pretrained weights are loaded: a preset is a size. Pretrained weights
+        come from a Hugging Face folder, through `kt.models.from_pretrained`
+        or a task's `from_pretrained` (`kt.tasks`).
 
         Args:
             name: a preset name (see `kt.models.PRESETS`).

@@ -35,7 +35,6 @@ GENERATION_KEYS = (
 # reproduce: refused unless they hold their default (the value here).
 REFUSED = {
     "num_beam_groups": 1,
-    "repetition_penalty": 1.0,
     "encoder_repetition_penalty": 1.0,
     "encoder_no_repeat_ngram_size": 0,
     "exponential_decay_length_penalty": None,
@@ -127,6 +126,8 @@ def generation_arguments(config, generation, name):
         arguments["force_end_token"] = True
     if settings.get("renormalize_logits"):
         arguments["renormalize_logits"] = True
+    if settings.get("repetition_penalty", 1.0) != 1.0:
+        arguments["repetition_penalty"] = float(settings["repetition_penalty"])
     return arguments
 
 
@@ -157,4 +158,6 @@ def generation_settings(model):
         settings["forced_eos_token_id"] = settings["eos_token_id"]
     if arguments.get("renormalize_logits"):
         settings["renormalize_logits"] = True
+    if arguments.get("repetition_penalty") is not None:
+        settings["repetition_penalty"] = arguments["repetition_penalty"]
     return settings

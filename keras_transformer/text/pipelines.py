@@ -138,26 +138,30 @@ def classification_dataset(dataset, tokenizer, sequence_length, batch_size):
     )
 
 
-def causal_lm_dataset(dataset, tokenizer, sequence_length, batch_size):
+def causal_lm_dataset(
+    dataset, tokenizer, sequence_length, batch_size, end_token=checks.END
+):
     """Next-token batches for `kt.models.gpt2` from a stream of documents.
 
-    Every text is tokenized and followed by `[END]`; the resulting stream is
+    Every text is tokenized and followed by `end_token`; the resulting stream is
     cut into consecutive windows of `sequence_length + 1` tokens (the last
     incomplete one is dropped), each giving inputs `w[:-1]` and labels
     `w[1:]`. Windows cross document boundaries, as in GPT-2 training.
 
     Args:
         dataset: a `tf.data.Dataset` of single strings (documents or lines).
-        tokenizer: a `kt.text` tokenizer with `[END]`.
+        tokenizer: a `kt.text` tokenizer with `end_token`.
         sequence_length: T, the model's context.
         batch_size: windows per batch.
+        end_token: the token between documents (GPT-2's is
+            `<|endoftext|>`).
 
     Returns:
         A dataset of `(token_ids, labels)`, both int32 `(B, T)`.
     """
     checks.check_string_dataset(dataset)
     _check(tokenizer, sequence_length, batch_size)
-    end_id = checks.special_token_id(tokenizer, checks.END, "causal_lm_dataset")
+    end_id = checks.special_token_id(tokenizer, end_token, "causal_lm_dataset")
 
     def stream(texts):
         tokens = _tokens(tokenizer, texts)

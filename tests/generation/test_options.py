@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer.generation import loop
 
 V = 12
 END = 11
@@ -157,6 +158,18 @@ RENORMALIZE = {
 }
 
 
+def test_repetition_penalty_is_the_hf_formula_over_ids_before_index():
+    """Ids written before `index` (prompt included, padding not): a positive
+    score is divided by the penalty, a negative one multiplied."""
+    scores = tf.constant([[1.0, 2.0, -1.0, 0.5, -3.0, 4.0]])
+    tokens = tf.constant([[1, 2, 4, 0, 5]])  # index 3: ids 1, 2 and 4 seen
+    sampler = kt.generation.Sampler(repetition_penalty=2.0)
+    out = sampler.process(scores, tokens, 3, tf.constant([1]), 5, -1)
+    np.testing.assert_array_equal(out, [[1.0, 1.0, -2.0, 0.5, -6.0, 4.0]])
+    seen = loop.seen_tokens(tf.constant([[0, 3, 3, 0]]), 4, 5)
+    np.testing.assert_array_equal(seen, [[False, False, False, True, False]])
+
+
 def transition_logits(table):
     probs = np.full((V, V), 1e-9)
     for previous in range(V):
@@ -208,6 +221,8 @@ def test_renormalize_logits_does_not_change_greedy():
         ({"forced_first_token_id": 2.0}, "forced_first_token_id=2.0"),
         ({"force_end_token": 1}, "force_end_token=1"),
         ({"renormalize_logits": "yes"}, "renormalize_logits='yes'"),
+        ({"repetition_penalty": 0}, "repetition_penalty=0"),
+        ({"repetition_penalty": "2"}, "repetition_penalty='2'"),
     ],
 )
 @pytest.mark.parametrize("sampler", ["greedy", "top_k", "top_p", "temperature", "beam"])

@@ -347,7 +347,7 @@ def test_generation_settings_follow_transformers_precedence(tmp_path):
 @pytest.mark.parametrize(
     "key, value",
     [("num_return_sequences", 2), ("encoder_no_repeat_ngram_size", 3),
-     ("forced_decoder_ids", [[1, 5]]), ("repetition_penalty", 1.2)],
+     ("forced_decoder_ids", [[1, 5]]), ("encoder_repetition_penalty", 1.2)],
 )  # fmt: skip
 def test_unsupported_generation_settings_are_refused(tmp_path, key, value):
     path = _copy("bart_tiny", tmp_path)
@@ -356,6 +356,18 @@ def test_unsupported_generation_settings_are_refused(tmp_path, key, value):
     json.dump(generation, open(path / "generation_config.json", "w"))
     with pytest.raises(ValueError, match=key):
         kt.models.from_pretrained(path)
+
+
+def test_repetition_penalty_is_read_and_written_back(tmp_path):
+    path = _copy("bart_tiny", tmp_path)
+    generation = json.load(open(path / "generation_config.json"))
+    generation["repetition_penalty"] = 1.2
+    json.dump(generation, open(path / "generation_config.json", "w"))
+    model = kt.models.from_pretrained(path)
+    assert model.generation_config["repetition_penalty"] == 1.2
+    saved = kt.models.save_pretrained(model, tmp_path / "saved")
+    written = json.load(open(os.path.join(saved, "generation_config.json")))
+    assert written["repetition_penalty"] == 1.2
 
 
 def test_pytorch_bin_only_says_to_convert(tmp_path):

@@ -1,0 +1,149 @@
+"""What every task shares: a `kt.models` model and its tokenizer(s) as one
+Keras object that saves to one `.keras` file, loads back, and comes from a
+Hugging Face folder.
+
+A task class sets `model_classes` (the models it wraps) and `architectures`
+(the Hugging Face `architectures` it serves, for `kt.tasks.from_pretrained`),
+and implements its text methods and `export`. Its constructor arguments
+that are Keras objects (the model, tokenizers) are listed in
+`serialized_arguments`: `get_config` nests them and `from_config` rebuilds
+them, so the tokenizer travels inside the `.keras` file.
+"""
+
+import os
+import uuid
+
+import keras
+
+from keras_transformer import _validation as validation
+from keras_transformer.export import savedmodel
+from keras_transformer.models import from_pretrained as model_from_pretrained
+from keras_transformer.pretrained import checkpoint
+from keras_transformer.text import tokenizer_from_pretrained
+
+
+class Task(keras.Model):
+    """Base class of the tasks: a model and its tokenizer, text in, text out.
+
+    Calling a task calls its model (ids in, the model's outputs out), so
+    `compile` and `fit` on already-tokenized data work as on the model;
+    each task adds the text methods of its job.
+
+    Args:
+        model: the `kt.models` model, of one of `model_classes`.
+        tokenizer: the `kt.text` tokenizer whose ids the model takes (None
+            for a model of images).
+        **kwargs: base `keras.Model` arguments (`name`).
+    """
+
+    model_classes = ()
+    architectures = ()
+    serialized_arguments = ("model", "tokenizer")
+
+    def __init__(self, model, tokenizer=None, **kwargs):
+        task = type(self).__name__
+        savedmodel.check_model(model, self.model_classes, f"kt.tasks.{task}")
+        if tokenizer is not None:  # None: a task of images
+            savedmodel.check_tokenizer(tokenizer, "tokenizer", model.vocabulary_size)
+        super().__init__(**kwargs)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.built = True  # the model was built when it was made
+
+    def call(self, inputs, training=None):
+        return self.model(inputs, training=training)
+
+    @classmethod
+    def from_pretrained(cls, path):
+        """The task of a Hugging Face checkpoint folder: the model with its
+        weights (`kt.models.from_pretrained`) and the folder's tokenizer
+        (`kt.text.tokenizer_from_pretrained`).
+
+        Raises:
+            FileNotFoundError: `path` has no `config.json`.
+            ValueError: the folder's `architectures` is not one this task
+                serves (see `kt.tasks.from_pretrained` for the right task),
+                before any weight is read.
+        """
+        path = checkpoint.check_folder(path)
+        config = checkpoint.read_config(path)
+        check_architecture(cls, config, path)
+        model = model_from_pretrained(path)
+        return cls._from_folder(model, tokenizer_from_pretrained(path), config)
+
+    @classmethod
+    def _from_folder(cls, model, tokenizer, config):
+        """The task of a loaded folder (subclasses read more of `config`)."""
+        return cls(model, tokenizer)
+
+    def save(self, path, overwrite=True):
+        """Writes the task, its model and tokenizer(s) as one `.keras` file.
+
+        The file is written beside `path` and moved into place once it is
+        complete, so a failed save leaves no file behind (and an earlier
+        file at `path` unchanged).
+
+        Args:
+            path: a file path ending in `.keras`.
+            overwrite: replace an existing file at `path`.
+        """
+        path = check_keras_path(path)
+        validation.check_bool("overwrite", overwrite)
+        if os.path.exists(path) and not overwrite:
+            raise ValueError(
+                "`path` exists; pass overwrite=True to replace it. "
+                f"Received: path={path!r}"
+            )
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        partial = os.path.join(folder, f".{uuid.uuid4().hex}.partial.keras")
+        try:
+            keras.saving.save_model(self, partial)
+            os.replace(partial, path)
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
+        return path
+
+    def export(self, path, **options):
+        """Writes the string-in SavedModel of this task (the one `kt.export`
+        writes for its model and tokenizer); served, it gives what the
+        task's Python method gives."""
+        raise NotImplementedError
+
+    def get_config(self):
+        config = {"name": self.name, "trainable": self.trainable}
+        for argument in self.serialized_arguments:
+            value = getattr(self, argument)
+            config[argument] = keras.saving.serialize_keras_object(value)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for argument in cls.serialized_arguments:
+            config[argument] = keras.saving.deserialize_keras_object(config[argument])
+        return cls(**config)
+
+
+def check_keras_path(path):
+    """`path` as an absolute string ending in `.keras`, or a ValueError."""
+    if not isinstance(path, str | os.PathLike) or not os.fspath(path).endswith(
+        ".keras"
+    ):
+        raise ValueError(
+            f"`path` must be a file path ending in .keras. Received: path={path!r}"
+        )
+    return os.path.abspath(os.fspath(path))
+
+
+def check_architecture(task_class, config, path):
+    """Raises a ValueError unless the folder's first `architectures` entry
+    is one `task_class` serves."""
+    architecture = (config.get("architectures") or [None])[0]
+    if architecture not in task_class.architectures:
+        raise ValueError(
+            f"kt.tasks.{task_class.__name__} serves the architectures "
+            f"{list(task_class.architectures)}. Received: a folder whose "
+            f"architectures={config.get('architectures')!r} (path={path!r})"
+        )

@@ -1,0 +1,81 @@
+"""Which task serves a Hugging Face folder, and loading a saved task.
+
+Each task class says which `architectures` it serves; the registry asks the
+classes (every imported `Task` subclass), so a new task needs no entry here.
+"""
+
+import os
+
+import keras
+
+from keras_transformer.pretrained import checkpoint
+from keras_transformer.tasks.base import Task, check_keras_path
+
+
+def task_classes():
+    """Every `Task` subclass imported so far, parents before children."""
+    found, pending = [], list(Task.__subclasses__())
+    while pending:
+        cls = pending.pop(0)
+        found.append(cls)
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+def task_class(architecture):
+    """The task class serving the Hugging Face `architecture`, or None."""
+    for cls in task_classes():
+        if architecture in cls.architectures:
+            return cls
+    return None
+
+
+def from_pretrained(path):
+    """The task of a Hugging Face checkpoint folder, its class chosen from
+    the config's `architectures` (e.g. `GPT2LMHeadModel` -> `TextGenerator`,
+    `BertForSequenceClassification` -> `TextClassifier`).
+
+    Args:
+        path: a local checkpoint folder (`config.json`, weights, tokenizer
+            files).
+
+    Returns:
+        The task, with the checkpoint's weights and the folder's tokenizer.
+
+    Raises:
+        FileNotFoundError: `path` has no `config.json`.
+        ValueError: no task serves the folder's `architectures` (the error
+            lists those served), before any weight is read.
+    """
+    path = checkpoint.check_folder(path)
+    config = checkpoint.read_config(path)
+    architecture = (config.get("architectures") or [None])[0]
+    cls = task_class(architecture)
+    if cls is None:
+        served = sorted(a for c in task_classes() for a in c.architectures)
+        raise ValueError(
+            f"No task serves this folder's architecture (served: {served}). "
+            f"Received: architectures={config.get('architectures')!r} "
+            f"(path={path!r})"
+        )
+    return cls.from_pretrained(path)
+
+
+def load(path):
+    """A task saved with `task.save(path)` (a `.keras` file).
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: `path` does not end in `.keras`, or holds something
+            other than a task.
+    """
+    path = check_keras_path(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"No saved task at `path`. Received: path={path!r}")
+    task = keras.saving.load_model(path)
+    if not isinstance(task, Task):
+        raise ValueError(
+            "`path` holds a model, not a task; load it with "
+            f"keras.saving.load_model. Received: path={path!r}"
+        )
+    return task

@@ -1,0 +1,95 @@
+"""kt.tasks: the registry, loading saved tasks, and saving that never leaves
+a partial file."""
+
+import json
+import os
+import shutil
+
+import keras
+import pytest
+
+import keras_transformer as kt
+
+HF = os.path.join(os.path.dirname(__file__), "..", "fixtures", "hf")
+
+
+def tiny_generator():
+    tokenizer = kt.text.CharTokenizer(kt.text.build_char_vocabulary(["abc"]))
+    model = kt.models.gpt2(
+        tokenizer.vocabulary_size(), num_layers=1, num_heads=2, hidden_dim=8,
+        intermediate_dim=16, max_sequence_length=8,
+    )  # fmt: skip
+    return kt.tasks.TextGenerator(model, tokenizer)
+
+
+def test_each_architecture_has_one_task():
+    classes = kt.tasks.registry.task_classes()
+    served = [a for cls in classes for a in cls.architectures]
+    assert len(served) == len(set(served))
+    assert kt.tasks.registry.task_class("GPT2LMHeadModel") is kt.tasks.TextGenerator
+    assert kt.tasks.registry.task_class("Nope") is None
+
+
+def test_a_folder_no_task_serves_is_refused(tmp_path):
+    folder = tmp_path / "folder"
+    shutil.copytree(os.path.join(HF, "gpt2_tiny"), folder)
+    config = json.load(open(folder / "config.json"))
+    config["architectures"] = ["GPT2ForTokenClassification"]
+    json.dump(config, open(folder / "config.json", "w"))
+    with pytest.raises(ValueError, match="GPT2ForTokenClassification"):
+        kt.tasks.from_pretrained(folder)
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        kt.tasks.from_pretrained(tmp_path / "missing")
+
+
+def test_load_refuses_what_is_not_a_saved_task(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing.keras"):
+        kt.tasks.load(tmp_path / "missing.keras")
+    with pytest.raises(ValueError, match="path"):
+        kt.tasks.load(tmp_path / "task.h5")
+    model = tiny_generator().model
+    model.save(tmp_path / "model.keras")
+    with pytest.raises(ValueError, match="not a task"):
+        kt.tasks.load(tmp_path / "model.keras")
+
+
+def test_a_failed_save_leaves_no_file(tmp_path, monkeypatch):
+    task = tiny_generator()
+    path = task.save(tmp_path / "task.keras")
+    before = open(path, "rb").read()
+
+    def fail(model, filepath, **kwargs):
+        with open(filepath, "wb") as f:
+            f.write(b"half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(keras.saving, "save_model", fail)
+    with pytest.raises(OSError, match="disk full"):
+        task.save(tmp_path / "other.keras")
+    with pytest.raises(OSError, match="disk full"):
+        task.save(path)
+    assert sorted(os.listdir(tmp_path)) == ["task.keras"]
+    assert open(path, "rb").read() == before  # the earlier file is untouched
+
+
+def test_save_checks_its_path(tmp_path):
+    task = tiny_generator()
+    with pytest.raises(ValueError, match="path"):
+        task.save(tmp_path / "task.h5")
+    task.save(tmp_path / "task.keras")
+    with pytest.raises(ValueError, match="overwrite"):
+        task.save(tmp_path / "task.keras", overwrite=False)
+
+
+def test_a_task_refuses_the_wrong_model_or_tokenizer():
+    task = tiny_generator()
+    bert = kt.models.bert(
+        30, num_layers=1, num_heads=2, hidden_dim=8, intermediate_dim=16,
+        max_sequence_length=8,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="CausalLM"):
+        kt.tasks.TextGenerator(bert, task.tokenizer)
+    with pytest.raises(ValueError, match="tokenizer"):
+        kt.tasks.TextGenerator(task.model, "abc")
+    with pytest.raises(ValueError, match="end_token"):
+        kt.tasks.TextGenerator(task.model, task.tokenizer, end_token="<nope>")
