@@ -299,9 +299,9 @@ class TextClassifier(Task):
                     f"`{name}` holds pairs, so each item must be a pair "
                     f"(text_a, text_b) of two strings. Received: {name}[{i}]={pair!r}"
                 )
-        return [[str(pair[0]) for pair in texts], [str(pair[1]) for pair in texts]], (
-            False
-        )
+        first = [str(pair[0]) for pair in texts]
+        second = [str(pair[1]) for pair in texts]
+        return [first, second], False
 
     def _check_labels(self, labels, count, name):
         """Labels as class indices, one per text."""
