@@ -4,8 +4,6 @@ Shape legend: B batch (rows of the request), K rows that decoded, S the
 model's image size, C its channels, N classes.
 """
 
-import math
-
 import numpy as np
 import tensorflow as tf
 
@@ -129,14 +127,7 @@ def export_image_classifier(
             f"`labels` must be a list of {num_classes} non-empty strings, one per "
             f"class of the model. Received: labels={labels!r}"
         )
-    if (
-        isinstance(scale, bool)
-        or not isinstance(scale, int | float)
-        or not (math.isfinite(scale) and scale > 0)
-    ):
-        raise ValueError(
-            f"`scale` must be a positive number. Received: scale={scale!r}"
-        )
+    validation.check_positive_number("scale", scale)
     mean = _per_channel("mean", mean, channels, default=0.0)
     std = _per_channel("std", std, channels, default=1.0, positive=True)
     validation.check_bool("jit_compile", jit_compile)

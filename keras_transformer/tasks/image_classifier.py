@@ -79,7 +79,8 @@ class ImageClassifier(Task):
                 f"model with num_channels={channels!r}"
             )
         self.class_names = check_class_names(class_names, model.num_classes)
-        self.scale = check_scale(scale)
+        validation.check_positive_number("scale", scale)
+        self.scale = float(scale)
         self.mean = per_channel("mean", mean, channels)
         self.std = per_channel("std", std, channels, positive=True)
 
@@ -219,18 +220,6 @@ def check_class_names(class_names, num_classes):
             f"per class of the model. Received: class_names={class_names!r}"
         )
     return list(class_names)
-
-
-def check_scale(scale):
-    if (
-        isinstance(scale, bool)
-        or not isinstance(scale, int | float)
-        or not (math.isfinite(scale) and scale > 0)
-    ):
-        raise ValueError(
-            f"`scale` must be a positive number. Received: scale={scale!r}"
-        )
-    return float(scale)
 
 
 def per_channel(name, value, channels, positive=False):
