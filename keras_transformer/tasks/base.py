@@ -44,7 +44,9 @@ class Task(keras.Model):
         task = type(self).__name__
         savedmodel.check_model(model, self.model_classes, f"kt.tasks.{task}")
         if tokenizer is not None:  # None: a task of images
-            savedmodel.check_tokenizer(tokenizer, "tokenizer", model.vocabulary_size)
+            # A head (BERTClassifier, BERTMaskedLM) has its backbone's ids.
+            vocabulary_size = getattr(model, "backbone", model).vocabulary_size
+            savedmodel.check_tokenizer(tokenizer, "tokenizer", vocabulary_size)
         super().__init__(**kwargs)
         self.model = model
         self.tokenizer = tokenizer

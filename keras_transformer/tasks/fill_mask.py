@@ -58,10 +58,8 @@ class FillMask(Task):
     architectures = ("BertForMaskedLM",)
 
     def __init__(self, model, tokenizer, **kwargs):
-        super().__init__(model, **kwargs)  # the tokenizer is checked below
-        self.cls_id, self.sep_id = check_bert_tokenizer(
-            tokenizer, model, "kt.tasks.FillMask"
-        )
+        super().__init__(model, tokenizer, **kwargs)
+        self.cls_id, self.sep_id = check_bert_tokenizer(tokenizer, "kt.tasks.FillMask")
         self.mask_id = text_checks.special_token_id(
             tokenizer, text_checks.MASK, "kt.tasks.FillMask"
         )
@@ -72,7 +70,6 @@ class FillMask(Task):
                 f"piece). Received: bos_token={tokenizer.bos_token!r}, "
                 f"eos_token={tokenizer.eos_token!r}"
             )
-        self.tokenizer = tokenizer
         self.sequence_length = model.backbone.max_sequence_length
         self._pack_function = None
         self._fill_function = None

@@ -64,12 +64,11 @@ class SentenceEncoder(Task):
     def __init__(
         self, model, tokenizer, pooling="mean", sequence_length=None, **kwargs
     ):
-        super().__init__(model, **kwargs)  # the tokenizer is checked below
+        super().__init__(model, tokenizer, **kwargs)
         self.cls_id, self.sep_id = check_bert_tokenizer(
-            tokenizer, model, "kt.tasks.SentenceEncoder"
+            tokenizer, "kt.tasks.SentenceEncoder"
         )
         validation.check_choice("pooling", pooling, tuple(POOLINGS))
-        self.tokenizer = tokenizer
         self.pooling = pooling
         self.sequence_length = savedmodel.check_sequence_length(
             sequence_length, model.max_sequence_length, minimum=2

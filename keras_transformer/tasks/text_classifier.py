@@ -71,11 +71,8 @@ def in_batches(function, columns, batch_size):
     return results
 
 
-def check_bert_tokenizer(tokenizer, model, purpose):
-    """The checks of `Task` against the backbone's vocabulary (a head has
-    none of its own), and the ids of `[CLS]` and `[SEP]`."""
-    backbone = model.backbone if hasattr(model, "backbone") else model
-    savedmodel.check_tokenizer(tokenizer, "tokenizer", backbone.vocabulary_size)
+def check_bert_tokenizer(tokenizer, purpose):
+    """The ids of `[CLS]` and `[SEP]` in `tokenizer` (which `Task` checked)."""
     cls_id = text_checks.special_token_id(tokenizer, text_checks.CLS, purpose)
     sep_id = text_checks.special_token_id(tokenizer, text_checks.SEP, purpose)
     return cls_id, sep_id
@@ -120,9 +117,9 @@ class TextClassifier(Task):
     def __init__(
         self, model, tokenizer, class_names=None, sequence_length=None, **kwargs
     ):
-        super().__init__(model, **kwargs)  # the tokenizer is checked below
+        super().__init__(model, tokenizer, **kwargs)
         self.cls_id, self.sep_id = check_bert_tokenizer(
-            tokenizer, model, "kt.tasks.TextClassifier"
+            tokenizer, "kt.tasks.TextClassifier"
         )
         num_classes = model.num_classes
         if class_names is not None:
@@ -139,7 +136,6 @@ class TextClassifier(Task):
                     f"Received: class_names={class_names!r}"
                 )
             class_names = [str(name) for name in class_names]
-        self.tokenizer = tokenizer
         self.class_names = class_names
         self.sequence_length = savedmodel.check_sequence_length(
             sequence_length, model.backbone.max_sequence_length, minimum=3

@@ -189,3 +189,8 @@ def test_bad_input_is_refused_before_any_work(classifier):
         make(model.backbone, tokenizer)
     with pytest.raises(ValueError, match=r"\[CLS\]"):
         make(model, kt.text.WordPieceTokenizer(["[PAD]", "[UNK]", "[SEP]", "a"]))
+    # The head has no vocabulary_size: Task checks against its backbone's.
+    size = model.backbone.vocabulary_size
+    message = rf"{size + 1} tokens.*vocabulary_size \({size}\)"
+    with pytest.raises(ValueError, match=message):
+        make(model, kt.text.WordPieceTokenizer([*VOCAB[:size], "extra"]))
