@@ -1,7 +1,9 @@
 """What each `keras-transformer` command does, once its line is parsed.
 
-The parser lives in the top-level module `keras_transformer_cli`, so that
-`--help` never imports TensorFlow; `run(args)` is called with its result.
+The parser is `main.py`'s (it answers `--help` without TensorFlow);
+`run(args)` is called with its result, task aliases already resolved. The
+commands ask the task's recipe (`registry.TASKS`) for everything that
+differs between tasks.
 
 `train` works in a hidden folder beside `--output` (`.NAME.partial/`) and
 renames it to `--output` only when everything is written: a failed run
@@ -15,9 +17,9 @@ import shutil
 import sys
 import time
 
-import keras_transformer_cli as front
 from keras_transformer import _validation as validation
-from keras_transformer.cli.recipes import CommandError
+from keras_transformer.cli.errors import CommandError
+from keras_transformer.cli.report import print_results
 
 RUN_FILE = "run.json"  # in the work folder: the settings a resume must match
 
@@ -102,35 +104,33 @@ def _check_resume(work, resume, overwrite, identity):
 
 
 def _train(args):
-    from keras_transformer.cli import recipes
+    from keras_transformer.cli.data import file_digest, load_data
+    from keras_transformer.cli.registry import TASKS
+    from keras_transformer.cli.run import Run
+    from keras_transformer.cli.settings import checkpoint_kind, resolve
 
-    task = front.TASK_ALIASES.get(args.task, args.task)
+    recipe = TASKS[args.task]
     output = check_output(args.output, args.overwrite)
     work = work_folder(output)
-    kind = recipes.checkpoint_kind(args.from_path, task) if args.from_path else None
-    settings = recipes.resolve(task, args, kind)
-    data = recipes.load_data(task, args.data, args.validation_data)
+    kind = checkpoint_kind(args.from_path, recipe, TASKS) if args.from_path else None
+    settings = resolve(recipe, args, kind)
+    data = load_data(recipe, args.data, args.validation_data)
     identity = _identity(
-        settings,
-        recipes.file_digest(args.data),
-        recipes.file_digest(args.validation_data),
+        settings, file_digest(args.data), file_digest(args.validation_data)
     )
     _check_resume(work, args.resume, args.overwrite, identity)
     train, held_out, source, notes = data
-    if task == "gpt2":
-        size = f"{len(train):,} + {len(held_out):,} held-out characters"
-    else:
-        size = f"{len(train):,} + {len(held_out):,} held-out examples"
+    size = f"{len(train):,} + {len(held_out):,} held-out {recipe.data_unit}"
     start = "fine-tuning " + settings["from"] if kind else "from scratch"
-    print(f"Training {task} ({start}) on {source}: {size}.", flush=True)
+    print(f"Training {recipe.name} ({start}) on {source}: {size}.", flush=True)
     for note in notes:
         print(f"note: {note}")
     os.makedirs(work, exist_ok=True)
     with open(os.path.join(work, RUN_FILE), "w") as f:
         json.dump(identity, f, indent=2)
     began = time.time()
-    job = recipes.Run(
-        task, settings, data, work, kind, args.resume, args.verbose, args.samples
+    job = Run(
+        recipe, settings, data, work, kind, args.resume, args.verbose, args.samples
     )
     try:
         results, _ = job.train()
@@ -152,31 +152,11 @@ def _train(args):
     os.replace(work, output)  # all or nothing: no half-written model
     for note in job.notes[len(notes) :]:
         print(f"note: {note}")
-    _print_results(results)
+    print_results(results)
     print(f"wall time: {time.time() - began:.0f} s")
     written = sorted(os.listdir(output))
     print(f"Wrote {output}: {', '.join(written)}.")
     return 0
-
-
-def _print_results(results):
-    for key, value in results.items():
-        if isinstance(value, list):
-            print(f"{key}:")
-            multiline = any("\n" in str(item) for item in value)
-            for number, item in enumerate(value):
-                if multiline and number:
-                    print("  ---")
-                print("  " + str(item).replace("\n", "\n  "))
-        elif isinstance(value, str) and "\n" in value:
-            print(f"{key}:")
-            print("  " + value.replace("\n", "\n  "))
-        elif isinstance(value, float):
-            print(f"{key}: {value:.4f}")
-        elif value is None:
-            continue
-        else:
-            print(f"{key}: {value}")
 
 
 # ---------------------------------------------------------------- evaluate
@@ -196,131 +176,37 @@ def _read_config(folder):
 
 
 def _evaluate(args):
-    from keras_transformer.cli import datasets, recipes, scores
+    from keras_transformer.cli.registry import TASKS
 
     config = _read_config(args.model)
-    task = config["task"]
+    recipe = TASKS.get(config["task"])
+    if recipe is None:
+        raise CommandError(
+            f"--model {args.model}: config.json names the task "
+            f"{config['task']!r}, not one of {list(TASKS)}"
+        )
     if not os.path.isfile(args.data):
         raise CommandError(f"--data {args.data}: file not found")
-    if task == "gpt2":
-        import keras
-
-        corpus = datasets.read_text(args.data)
-        if not corpus.strip():
-            raise CommandError(f"--data {args.data}: no text in the file")
-        model = keras.saving.load_model(os.path.join(args.model, "model.keras"))
-        tokenizer = recipes.load_tokenizer(os.path.join(args.model, "tokenizer.json"))
-        stream = recipes.token_stream(tokenizer, corpus)
-        context = config.get("settings", {}).get("context") or model.max_sequence_length
-        count = (len(stream) - 1) // context
-        if count < 1:
-            raise CommandError(
-                f"--data {args.data}: {len(stream)} tokens, fewer than one "
-                f"window of {context + 1}"
-            )
-        x = stream[: count * context].reshape(count, context)
-        y = stream[1 : count * context + 1].reshape(count, context)
-        model.compile(loss=_masked_loss())
-        loss = recipes.evaluate_loss(model, x, y, batch_size=args.batch_size)
-        _print_results(
-            {
-                "loss (nats per token)": loss,
-                "perplexity": scores.perplexity(loss),
-                "tokens": count * context,
-            }
-        )
-        return 0
     notes = []
-    rows = recipes.read_examples(task, args.data, "--data", notes)
+    examples = recipe.read_examples(args.data, "--data", notes)
     for note in notes:
         print(f"note: {note}")
-    if task == "bert":
-        class_names = config["settings"]["class_names"]
-        unknown = sorted({label for _, label in rows} - set(class_names))
-        if unknown:
-            raise CommandError(
-                f"--data {args.data}: labels {unknown[:5]} are not among the "
-                f"model's classes {class_names}"
-            )
-        fn, tf = _load_export(args.model, "classify")
-        predicted = []
-        for i in range(0, len(rows), args.batch_size):
-            batch = tf.constant([t for t, _ in rows[i : i + args.batch_size]])
-            predicted.extend(
-                label.decode() if isinstance(label, bytes) else class_names[int(label)]
-                for label in fn(text=batch)["label"].numpy()
-            )
-        report = scores.classification_report(
-            [label for _, label in rows], predicted, class_names
-        )
-        _write_predictions(args.predictions, predicted)
-        _print_results(
-            {
-                "examples": len(rows),
-                "accuracy": report["accuracy"],
-                "macro-F1": report["macro_f1"],
-                "confusion matrix": scores.format_confusion_matrix(
-                    report["confusion_matrix"], class_names
-                ),
-            }
-        )
-        return 0
-    path = os.path.join(args.model, "saved_model")
-    _load_export(args.model, "translate")
-    hypotheses = recipes.translate_all(path, [s for s, _ in rows], args.batch_size)
-    result = scores.translation_scores(hypotheses, [t for _, t in rows])
-    _write_predictions(args.predictions, hypotheses)
-    _print_results(
-        {
-            "sentences": len(rows),
-            "BLEU": result["bleu"],
-            "chrF": result["chrf"],
-            "exact-match accuracy": result["exact_match"],
-        }
-    )
-    if result["bleu"] is None:
-        print(
-            'note: BLEU and chrF need sacrebleu: pip install "keras-transformer[cli]"'
-        )
+    later = []
+    print_results(recipe.evaluate(args, config, examples, later))
+    for note in later:
+        print(f"note: {note}")
     return 0
-
-
-def _masked_loss():
-    from keras_transformer import training
-
-    return training.MaskedSparseCategoricalCrossentropy()
-
-
-def _write_predictions(path, predictions):
-    if path is None:
-        return
-    temporary = path + ".tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        for line in predictions:
-            f.write(line.replace("\n", " ") + "\n")
-    os.replace(temporary, path)
 
 
 # ---------------------------------------------------------------- serving
 
 
-def _load_export(directory, signature):
-    import tensorflow as tf
-    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
-
-    path = os.path.join(directory, "saved_model")
-    if not os.path.isdir(path):
-        raise CommandError(f"no exported model in {directory} (expected {path})")
-    loaded = tf.saved_model.load(path)
-    if signature not in loaded.signatures:
-        raise CommandError(
-            f"{path} cannot {signature}: it serves {', '.join(loaded.signatures)}"
-        )
-    return loaded.signatures[signature], tf
-
-
 def _generate(args):
-    fn, tf = _load_export(args.model, "generate")
+    import tensorflow as tf
+
+    from keras_transformer.cli.serving import load_export
+
+    fn = load_export(args.model, "generate")
     out = fn(
         prompts=tf.constant(args.prompts),
         max_new_tokens=tf.constant(args.max_new_tokens),
@@ -332,7 +218,11 @@ def _generate(args):
 
 
 def _classify(args):
-    fn, tf = _load_export(args.model, "classify")
+    import tensorflow as tf
+
+    from keras_transformer.cli.serving import load_export
+
+    fn = load_export(args.model, "classify")
     out = fn(text=tf.constant(args.texts))
     for text, label, probs in zip(
         args.texts, out["label"].numpy(), out["probabilities"].numpy(), strict=True
@@ -343,7 +233,11 @@ def _classify(args):
 
 
 def _translate(args):
-    fn, tf = _load_export(args.model, "translate")
+    import tensorflow as tf
+
+    from keras_transformer.cli.serving import load_export
+
+    fn = load_export(args.model, "translate")
     out = fn(sentences=tf.constant(args.sentences))
     for translation in out["translation"].numpy():
         print(translation.decode("utf-8", "replace"))
