@@ -2,9 +2,11 @@
 Keras object that saves to one `.keras` file, loads back, and comes from a
 Hugging Face folder.
 
-A task class sets `model_classes` (the models it wraps) and `architectures`
-(the Hugging Face `architectures` it serves, for `kt.tasks.from_pretrained`),
-and implements its text methods and `export`. Its constructor arguments
+A task class sets `model_classes` (the models it wraps), `architectures`
+(the Hugging Face `architectures` it serves, for `kt.tasks.from_pretrained`)
+and `reads_text` (False: a folder of images has no tokenizer), reads more
+of a folder in `_from_folder`, and implements its text methods and
+`export`. Its constructor arguments
 that are Keras objects (the model, tokenizers) are listed in
 `serialized_arguments`: `get_config` nests them and `from_config` rebuilds
 them, so the tokenizer travels inside the `.keras` file.
@@ -38,6 +40,7 @@ class Task(keras.Model):
 
     model_classes = ()
     architectures = ()
+    reads_text = True  # from_pretrained loads the folder's tokenizer
     serialized_arguments = ("model", "tokenizer")
 
     def __init__(self, model, tokenizer=None, **kwargs):
@@ -71,11 +74,14 @@ class Task(keras.Model):
         config = checkpoint.read_config(path)
         check_architecture(cls, config, path)
         model = model_from_pretrained(path)
-        return cls._from_folder(model, tokenizer_from_pretrained(path), config)
+        tokenizer = tokenizer_from_pretrained(path) if cls.reads_text else None
+        return cls._from_folder(model, tokenizer, config, path)
 
     @classmethod
-    def _from_folder(cls, model, tokenizer, config):
-        """The task of a loaded folder (subclasses read more of `config`)."""
+    def _from_folder(cls, model, tokenizer, config, path):
+        """The task of a loaded folder: its model, tokenizer (None for a
+        task of images), `config.json` and `path` (subclasses read
+        more of `config`, or other files of the folder)."""
         return cls(model, tokenizer)
 
     def save(self, path, overwrite=True):

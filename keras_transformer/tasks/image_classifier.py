@@ -22,9 +22,7 @@ from keras_transformer import _validation as validation
 from keras_transformer.export import export_image_classifier
 from keras_transformer.export.image_classifier import FORMATS, LUMA
 from keras_transformer.models import ViT
-from keras_transformer.models import from_pretrained as model_from_pretrained
-from keras_transformer.pretrained import checkpoint
-from keras_transformer.tasks.base import Task, check_architecture
+from keras_transformer.tasks.base import Task
 
 # ViTImageProcessor's defaults, for a folder without preprocessor_config.json.
 PROCESSOR_DEFAULTS = {
@@ -66,6 +64,7 @@ class ImageClassifier(Task):
     model_classes = (ViT,)
     architectures = ("ViTForImageClassification",)
     serialized_arguments = ("model",)
+    reads_text = False
 
     def __init__(
         self, model, class_names=None, *, scale=1 / 255, mean=None, std=None, **kwargs
@@ -95,13 +94,13 @@ class ImageClassifier(Task):
             ValueError: the folder is not a `ViTForImageClassification`, or
                 its processor resizes to another size than the model's.
         """
-        path = checkpoint.check_folder(path)
-        config = checkpoint.read_config(path)
-        check_architecture(cls, config, path)
+        return super().from_pretrained(path)
+
+    @classmethod
+    def _from_folder(cls, model, tokenizer, config, path):
         file = os.path.join(path, "preprocessor_config.json")
         found = validation.read_json(file, missing_ok=True) or {}
         processor = {**PROCESSOR_DEFAULTS, **found}
-        model = model_from_pretrained(path)
         size = processor.get("size", model.image_size)
         sides = (
             {size.get("height"), size.get("width")}

@@ -4,6 +4,8 @@ in, one vector per text out (MiniLM / sentence-transformers style).
 Shape legend: B batch, T sequence length, D hidden size.
 """
 
+import os
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -20,6 +22,8 @@ from keras_transformer.tasks.text_classifier import (
     pack_texts,
 )
 
+# The sentence-transformers settings file of a checkpoint folder.
+SENTENCE_CONFIG = "sentence_bert_config.json"
 # Each pooling and the `kt.models.BERTFeatureExtractor` output (and so the
 # `kt.export.export_encoder` output) that gives it.
 POOLINGS = {"mean": "mean_pooled_output", "pooled": "pooled_output"}
@@ -74,6 +78,38 @@ class SentenceEncoder(Task):
             sequence_length, model.max_sequence_length, minimum=2
         )
         self._encode_function = None
+
+    @classmethod
+    def _from_folder(cls, model, tokenizer, config, path):
+        """A sentence-transformers folder's `sentence_bert_config.json` gives
+        `sequence_length` (its `max_seq_length`, `[CLS]` and `[SEP]`
+        included, as sentence-transformers truncates)."""
+        file = os.path.join(path, SENTENCE_CONFIG)
+        settings = validation.read_json(file, missing_ok=True) or {}
+        if not isinstance(settings, dict):
+            raise ValueError(
+                f"{file!r} must hold a JSON object. Received: {settings!r}"
+            )
+        length = settings.get("max_seq_length")
+        limit = model.max_sequence_length
+        if length is not None and (
+            not validation.is_int(length) or not 2 <= length <= limit
+        ):
+            raise ValueError(
+                f"{file!r}: `max_seq_length` must be an integer in [2, {limit}] "
+                f"(the model's max_sequence_length). Received: "
+                f"max_seq_length={length!r}"
+            )
+        # sentence-transformers lower-cases the text first; a tokenizer that
+        # does not would give other ids.
+        if settings.get("do_lower_case") and not getattr(tokenizer, "lowercase", False):
+            raise ValueError(
+                f"{file!r} lower-cases texts (do_lower_case=true) but the "
+                "folder's tokenizer keeps case; kt.tasks.SentenceEncoder "
+                "cannot encode them as sentence-transformers does. Received: "
+                f"do_lower_case={settings['do_lower_case']!r}"
+            )
+        return cls(model, tokenizer, sequence_length=length)
 
     def encode(self, texts, normalize=True, batch_size=32):
         """One embedding per text.

@@ -143,7 +143,7 @@ class TextClassifier(Task):
         self._classify_functions = {}
 
     @classmethod
-    def _from_folder(cls, model, tokenizer, config):
+    def _from_folder(cls, model, tokenizer, config, path):
         """The folder's `id2label` become the class names."""
         id2label = config.get("id2label") or {}
         names = [id2label.get(str(i)) for i in range(model.num_classes)]

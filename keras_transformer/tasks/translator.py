@@ -224,7 +224,7 @@ class Translator(Seq2SeqTask):
         return self.tokenizer
 
     @classmethod
-    def _from_folder(cls, model, tokenizer, config):
+    def _from_folder(cls, model, tokenizer, config, path):
         # A Marian folder has a (source, target) pair of tokenizers.
         pair = tokenizer if isinstance(tokenizer, tuple) else (tokenizer,)
         return cls(model, *pair)

