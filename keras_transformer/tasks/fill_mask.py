@@ -12,14 +12,8 @@ import tensorflow as tf
 from keras_transformer import _validation as validation
 from keras_transformer.export import savedmodel
 from keras_transformer.models import BERTMaskedLM
+from keras_transformer.tasks import inputs
 from keras_transformer.tasks.base import Task
-from keras_transformer.tasks.text_classifier import (
-    check_batch_size,
-    check_bert_tokenizer,
-    check_texts,
-    in_batches,
-    without_padding_columns,
-)
 from keras_transformer.text import checks as text_checks
 from keras_transformer.text import pack_segments
 
@@ -59,7 +53,7 @@ class FillMask(Task):
 
     def __init__(self, model, tokenizer, **kwargs):
         super().__init__(model, tokenizer, **kwargs)
-        self.cls_id, self.sep_id = check_bert_tokenizer(tokenizer, "kt.tasks.FillMask")
+        self.cls_id, self.sep_id = inputs.cls_sep_ids(tokenizer, "kt.tasks.FillMask")
         self.mask_id = text_checks.special_token_id(
             tokenizer, text_checks.MASK, "kt.tasks.FillMask"
         )
@@ -102,7 +96,7 @@ class FillMask(Task):
                 no `[MASK]`, or its masks lie past the model's length;
                 `top_k` is not in `[1, V]`.
         """
-        texts, single = check_texts(texts)
+        single, texts = inputs.check_texts("texts", texts, allow_empty=True)
         for i, text in enumerate(texts):
             if self.mask_token not in text:
                 raise ValueError(
@@ -115,10 +109,10 @@ class FillMask(Task):
                 f"`top_k` must be an integer in [1, {vocabulary_size}] (the "
                 f"vocabulary size). Received: top_k={top_k!r}"
             )
-        check_batch_size(batch_size)
-        batches = in_batches(self._packer(), [texts], batch_size)
+        inputs.check_batch_size(batch_size)
+        batches = inputs.in_batches(self._packer(), [texts], batch_size)
         found = np.concatenate(
-            [(inputs["token_ids"] == self.mask_id).sum(1) for inputs in batches]
+            [(packed["token_ids"] == self.mask_id).sum(1) for packed in batches]
         )
         for i, count in enumerate(found):
             if count < texts[i].count(self.mask_token):
@@ -129,10 +123,10 @@ class FillMask(Task):
                 )
         fill = self._filler()
         results = []
-        for inputs in batches:
-            probabilities, token_ids = fill(inputs, tf.constant(top_k))
+        for packed in batches:
+            probabilities, token_ids = fill(packed, tf.constant(top_k))
             results += self._candidates(
-                inputs, probabilities.numpy(), token_ids.numpy()
+                packed, probabilities.numpy(), token_ids.numpy()
             )
         return results[0] if single else results
 
@@ -147,12 +141,12 @@ class FillMask(Task):
             "fill-mask exporter yet. Save the task with task.save(path)."
         )
 
-    def _candidates(self, inputs, probabilities, token_ids):
+    def _candidates(self, packed, probabilities, token_ids):
         """The result dicts of one batch (`probabilities` and `token_ids`
         `(B, P, K)`): each text's list per mask."""
         results, sequences = [], []
-        for row, ids in enumerate(inputs["token_ids"]):
-            length = int(inputs["padding_mask"][row].sum())
+        for row, ids in enumerate(packed["token_ids"]):
+            length = int(packed["padding_mask"][row].sum())
             text = ids[1 : length - 1]  # without [CLS] and [SEP]
             positions = np.flatnonzero(text == self.mask_id)
             masks = []
@@ -198,10 +192,10 @@ class FillMask(Task):
                 )
                 ids = tf.concat([ids, tf.cast(masks, ids.dtype)], axis=1)
                 ids = pieces.with_flat_values(ids).merge_dims(1, 2)  # (B, None)
-                inputs = pack_segments(
+                packed = pack_segments(
                     ids, self.sequence_length, self.cls_id, self.sep_id
                 )
-                return without_padding_columns(inputs)
+                return inputs.without_padding_columns(packed)
 
             self._pack_function = pack
         return self._pack_function
@@ -218,14 +212,14 @@ class FillMask(Task):
             }
 
             @tf.function(input_signature=[specs, tf.TensorSpec([], tf.int32)])
-            def fill(inputs, top_k):
-                is_mask = inputs["token_ids"] == self.mask_id  # (B, T)
+            def fill(packed, top_k):
+                is_mask = packed["token_ids"] == self.mask_id  # (B, T)
                 positions = tf.broadcast_to(
                     tf.range(tf.shape(is_mask)[1]), tf.shape(is_mask)
                 )
                 positions = tf.ragged.boolean_mask(positions, is_mask).to_tensor()
                 logits = self.model(
-                    {**inputs, "mask_positions": positions}, training=False
+                    {**packed, "mask_positions": positions}, training=False
                 )  # (B, P, V)
                 probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
                 return tf.math.top_k(probabilities, top_k)

@@ -1,33 +1,80 @@
-"""What the tasks' text methods share: checking texts before any work,
-tokenizing them to rows of ids, padding, stop strings.
+"""What the tasks' text methods share: checking texts (or text pairs)
+before any work, tokenizing them to rows of ids, padding, stop strings;
+packing texts for BERT in the graph as the exporters do, and running a
+compiled function batch by batch.
 
-Shape legend: B texts, P the longest row.
+Shape legend: B texts, P the longest row, T sequence length.
 """
 
+import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer import _validation as validation
+from keras_transformer.export import savedmodel
+from keras_transformer.text import checks as text_checks
 from keras_transformer.text.checks import is_string_spec, preview
 
 
-def check_texts(name, texts):
+def check_texts(name, texts, allow_empty=False):
     """`(single, list of str)`: whether `texts` was one string, and the
-    strings; a ValueError for an empty list, a non-string or an empty
-    string."""
+    strings; a ValueError naming `name` for an empty list, something other
+    than strings, or (unless `allow_empty`) an empty string."""
     single = isinstance(texts, str)
-    items = [texts] if single else texts
-    if not isinstance(items, list | tuple) or not items:
+    if single:
+        items = [texts]
+    elif isinstance(texts, list | tuple) or (
+        isinstance(texts, np.ndarray) and texts.ndim == 1
+    ):
+        items = list(texts)
+    else:
         raise ValueError(
-            f"`{name}` must be a non-empty string or a non-empty list of them. "
-            f"Received: {name}={preview(texts) if isinstance(texts, list) else texts!r}"
+            f"`{name}` must be a string or a list of strings. "
+            f"Received: {name}={texts!r}"
         )
+    if not items:
+        raise ValueError(f"`{name}` must not be empty. Received: {name}={texts!r}")
+    kind = "strings" if allow_empty else "non-empty strings"
     for index, item in enumerate(items):
-        if not isinstance(item, str) or not item:
+        if not isinstance(item, str) or not (item or allow_empty):
+            if single:
+                raise ValueError(
+                    f"`{name}` must be a non-empty string. Received: {name}=''"
+                )
             raise ValueError(
-                f"`{name}` must hold non-empty strings; item {index} is "
-                f"{item!r}. Received: {name}={preview(list(items))}"
+                f"`{name}` must hold {kind}; item {index} is not. "
+                f"Received: {name}[{index}]={item!r}"
             )
-    return single, list(items)
+    return single, [str(item) for item in items]
+
+
+def check_texts_or_pairs(name, texts):
+    """`(single, segments)`: whether `texts` was one string, and one list
+    of strings per segment (one for texts, two for `(text_a, text_b)`
+    pairs); a ValueError naming `name` and the item that is neither."""
+    if isinstance(texts, list | tuple) and texts and not isinstance(texts[0], str):
+        for i, pair in enumerate(texts):
+            if (
+                not isinstance(pair, tuple | list)
+                or len(pair) != 2
+                or not all(isinstance(text, str) for text in pair)
+            ):
+                raise ValueError(
+                    f"`{name}` holds pairs, so each item must be a pair "
+                    f"(text_a, text_b) of two strings. Received: {name}[{i}]={pair!r}"
+                )
+        return False, [[str(a) for a, _ in texts], [str(b) for _, b in texts]]
+    if not isinstance(texts, str | list | tuple | np.ndarray):
+        raise ValueError(
+            f"`{name}` must be a string, a list of strings or a list of "
+            f"(text_a, text_b) pairs. Received: {name}={texts!r}"
+        )
+    single, texts = check_texts(name, texts, allow_empty=True)
+    return single, [texts]
+
+
+def check_batch_size(batch_size):
+    validation.check_positive_int("batch_size", batch_size)
 
 
 def check_stop(stop):
@@ -86,3 +133,39 @@ def text_dataset(x):
         check_texts("x", list(x))
         return tf.data.Dataset.from_tensor_slices(list(x))
     return None
+
+
+def cls_sep_ids(tokenizer, purpose):
+    """The ids of `[CLS]` and `[SEP]` in `tokenizer`, or a ValueError
+    naming `purpose`."""
+    cls_id = text_checks.special_token_id(tokenizer, text_checks.CLS, purpose)
+    sep_id = text_checks.special_token_id(tokenizer, text_checks.SEP, purpose)
+    return cls_id, sep_id
+
+
+def pack_texts(tokenizer, segments, sequence_length, cls_id, sep_id):
+    """Model inputs `(B, T)` from string batches, packed as `kt.export` packs
+    them (`[CLS] A [SEP] (B [SEP])`, trimmed to `sequence_length`), without
+    the padding columns after the batch's longest text."""
+    inputs = savedmodel.pack_bert_inputs(
+        tokenizer, segments, sequence_length, cls_id, sep_id
+    )
+    return without_padding_columns(inputs)
+
+
+def without_padding_columns(inputs):
+    """Packed inputs `(B, T)` cut after the batch's longest row: the padding
+    they lose changes no output of a BERT model (no position attends to it,
+    and each position's embedding is its own)."""
+    lengths = tf.reduce_sum(tf.cast(inputs["padding_mask"], tf.int32), axis=1)
+    longest = tf.reduce_max(lengths)
+    return {name: value[:, :longest] for name, value in inputs.items()}
+
+
+def in_batches(function, columns, batch_size):
+    """`function(*columns[i:i + batch_size])` for each batch, as numpy."""
+    results = []
+    for start in range(0, len(columns[0]), batch_size):
+        batch = [tf.constant(c[start : start + batch_size]) for c in columns]
+        results.append(keras.tree.map_structure(np.asarray, function(*batch)))
+    return results

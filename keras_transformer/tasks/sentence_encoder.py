@@ -13,14 +13,8 @@ import tensorflow as tf
 from keras_transformer import _validation as validation
 from keras_transformer.export import export_encoder, savedmodel
 from keras_transformer.models import BERT, BERTFeatureExtractor
+from keras_transformer.tasks import inputs
 from keras_transformer.tasks.base import Task
-from keras_transformer.tasks.text_classifier import (
-    check_batch_size,
-    check_bert_tokenizer,
-    check_texts,
-    in_batches,
-    pack_texts,
-)
 
 # The sentence-transformers settings file of a checkpoint folder.
 SENTENCE_CONFIG = "sentence_bert_config.json"
@@ -69,7 +63,7 @@ class SentenceEncoder(Task):
         self, model, tokenizer, pooling="mean", sequence_length=None, **kwargs
     ):
         super().__init__(model, tokenizer, **kwargs)
-        self.cls_id, self.sep_id = check_bert_tokenizer(
+        self.cls_id, self.sep_id = inputs.cls_sep_ids(
             tokenizer, "kt.tasks.SentenceEncoder"
         )
         validation.check_choice("pooling", pooling, tuple(POOLINGS))
@@ -126,10 +120,12 @@ class SentenceEncoder(Task):
         Raises:
             ValueError: `texts` is empty or holds a non-string.
         """
-        texts, single = check_texts(texts)
+        single, texts = inputs.check_texts("texts", texts, allow_empty=True)
         validation.check_bool("normalize", normalize)
-        check_batch_size(batch_size)
-        embeddings = np.concatenate(in_batches(self._encoder(), [texts], batch_size))
+        inputs.check_batch_size(batch_size)
+        embeddings = np.concatenate(
+            inputs.in_batches(self._encoder(), [texts], batch_size)
+        )
         if normalize:
             embeddings = normalized(embeddings)
         return embeddings[0] if single else embeddings
@@ -194,7 +190,7 @@ class SentenceEncoder(Task):
                     f"and shape {array.shape}"
                 )
             return array.reshape(-1, hidden_dim).astype("float32")
-        texts, _ = check_texts(value, name)
+        _, texts = inputs.check_texts(name, value, allow_empty=True)
         return self.encode(texts, normalize=False, batch_size=batch_size)
 
     def _encoder(self):
@@ -207,10 +203,10 @@ class SentenceEncoder(Task):
 
             @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
             def encode(texts):
-                inputs = pack_texts(
+                packed = inputs.pack_texts(
                     tokenizer, [texts], self.sequence_length, self.cls_id, self.sep_id
                 )
-                outputs = extractor(inputs, training=False)
+                outputs = extractor(packed, training=False)
                 return tf.cast(outputs[output], tf.float32)  # (B, D)
 
             self._encode_function = encode

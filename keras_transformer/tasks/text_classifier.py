@@ -1,9 +1,6 @@
 """Text classification: a `kt.models.BERTClassifier` and its tokenizer, texts
 or text pairs in, labels and probabilities out.
 
-Also what the BERT tasks share: checking texts, packing them in the graph
-as the exporters do, and running a compiled function batch by batch.
-
 Shape legend: B batch, T sequence length, C classes.
 """
 
@@ -14,68 +11,9 @@ import tensorflow as tf
 from keras_transformer import _validation as validation
 from keras_transformer.export import export_classifier, savedmodel
 from keras_transformer.models import BERTClassifier
+from keras_transformer.tasks import inputs
 from keras_transformer.tasks.base import Task
-from keras_transformer.text import checks as text_checks
 from keras_transformer.text import classification_dataset
-
-
-def check_texts(texts, name="texts"):
-    """`(texts as a list of str, whether a single str was given)`, or a
-    ValueError naming `name` and the item that is not a string."""
-    if isinstance(texts, str):
-        return [texts], True
-    if isinstance(texts, bytes | dict) or not hasattr(texts, "__len__"):
-        raise ValueError(
-            f"`{name}` must be a string or a list of strings. "
-            f"Received: {name}={texts!r}"
-        )
-    if len(texts) == 0:
-        raise ValueError(f"`{name}` must not be empty. Received: {name}={texts!r}")
-    for i, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise ValueError(
-                f"`{name}` must hold strings. Received: {name}[{i}]={text!r}"
-            )
-    return [str(text) for text in texts], False
-
-
-def check_batch_size(batch_size):
-    validation.check_positive_int("batch_size", batch_size)
-
-
-def pack_texts(tokenizer, segments, sequence_length, cls_id, sep_id):
-    """Model inputs `(B, T)` from string batches, packed as `kt.export` packs
-    them (`[CLS] A [SEP] (B [SEP])`, trimmed to `sequence_length`), without
-    the padding columns after the batch's longest text."""
-    inputs = savedmodel.pack_bert_inputs(
-        tokenizer, segments, sequence_length, cls_id, sep_id
-    )
-    return without_padding_columns(inputs)
-
-
-def without_padding_columns(inputs):
-    """Packed inputs `(B, T)` cut after the batch's longest row: the padding
-    they lose changes no output of a BERT model (no position attends to it,
-    and each position's embedding is its own)."""
-    lengths = tf.reduce_sum(tf.cast(inputs["padding_mask"], tf.int32), axis=1)
-    longest = tf.reduce_max(lengths)
-    return {name: value[:, :longest] for name, value in inputs.items()}
-
-
-def in_batches(function, columns, batch_size):
-    """`function(*columns[i:i + batch_size])` for each batch, as numpy."""
-    results = []
-    for start in range(0, len(columns[0]), batch_size):
-        batch = [tf.constant(c[start : start + batch_size]) for c in columns]
-        results.append(keras.tree.map_structure(np.asarray, function(*batch)))
-    return results
-
-
-def check_bert_tokenizer(tokenizer, purpose):
-    """The ids of `[CLS]` and `[SEP]` in `tokenizer` (which `Task` checked)."""
-    cls_id = text_checks.special_token_id(tokenizer, text_checks.CLS, purpose)
-    sep_id = text_checks.special_token_id(tokenizer, text_checks.SEP, purpose)
-    return cls_id, sep_id
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -118,7 +56,7 @@ class TextClassifier(Task):
         self, model, tokenizer, class_names=None, sequence_length=None, **kwargs
     ):
         super().__init__(model, tokenizer, **kwargs)
-        self.cls_id, self.sep_id = check_bert_tokenizer(
+        self.cls_id, self.sep_id = inputs.cls_sep_ids(
             tokenizer, "kt.tasks.TextClassifier"
         )
         num_classes = model.num_classes
@@ -170,10 +108,12 @@ class TextClassifier(Task):
             ValueError: `texts` is empty, holds something other than strings
                 or pairs of two strings, or mixes texts and pairs.
         """
-        segments, single = self._check_inputs(texts)
-        check_batch_size(batch_size)
+        single, segments = inputs.check_texts_or_pairs("texts", texts)
+        inputs.check_batch_size(batch_size)
         classify = self._classify_function(len(segments))
-        probabilities = np.concatenate(in_batches(classify, segments, batch_size))
+        probabilities = np.concatenate(
+            inputs.in_batches(classify, segments, batch_size)
+        )
         labels = probabilities.argmax(-1).tolist()
         if self.class_names is not None:
             labels = [self.class_names[label] for label in labels]
@@ -219,7 +159,7 @@ class TextClassifier(Task):
                 text; a label that is not a class name or an index in
                 `[0, C)`.
         """
-        check_batch_size(batch_size)
+        inputs.check_batch_size(batch_size)
         validation.check_bool("shuffle", shuffle)
         data = self._dataset(texts, labels, "texts", "labels", shuffle)
         if validation_data is not None:
@@ -272,33 +212,6 @@ class TextClassifier(Task):
             "sequence_length": self.sequence_length,
         }
 
-    def _check_inputs(self, texts, name="texts"):
-        """`(one list of strings per segment, whether a single str was given)`."""
-        if isinstance(texts, str):
-            return [[texts]], True
-        if isinstance(texts, bytes | dict) or not hasattr(texts, "__len__"):
-            raise ValueError(
-                f"`{name}` must be a string, a list of strings or a list of "
-                f"(text_a, text_b) pairs. Received: {name}={texts!r}"
-            )
-        if len(texts) == 0:
-            raise ValueError(f"`{name}` must not be empty. Received: {name}={texts!r}")
-        if isinstance(texts[0], str):
-            return [check_texts(texts, name)[0]], False
-        for i, pair in enumerate(texts):
-            if (
-                not isinstance(pair, tuple | list)
-                or len(pair) != 2
-                or not all(isinstance(text, str) for text in pair)
-            ):
-                raise ValueError(
-                    f"`{name}` holds pairs, so each item must be a pair "
-                    f"(text_a, text_b) of two strings. Received: {name}[{i}]={pair!r}"
-                )
-        first = [str(pair[0]) for pair in texts]
-        second = [str(pair[1]) for pair in texts]
-        return [first, second], False
-
     def _check_labels(self, labels, count, name):
         """Labels as class indices, one per text."""
         if isinstance(labels, str | bytes) or not hasattr(labels, "__len__"):
@@ -327,7 +240,7 @@ class TextClassifier(Task):
         return indices
 
     def _dataset(self, texts, labels, texts_name, labels_name, shuffle):
-        segments, single = self._check_inputs(texts, texts_name)
+        single, segments = inputs.check_texts_or_pairs(texts_name, texts)
         if single:
             raise ValueError(
                 f"`{texts_name}` must be a list of texts to train on. "
@@ -354,10 +267,10 @@ class TextClassifier(Task):
 
             @tf.function(input_signature=specs)
             def classify(*texts):
-                inputs = pack_texts(
+                packed = inputs.pack_texts(
                     tokenizer, texts, self.sequence_length, self.cls_id, self.sep_id
                 )
-                logits = self.model(inputs, training=False)  # (B, C)
+                logits = self.model(packed, training=False)  # (B, C)
                 return tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
 
             self._classify_functions[num_segments] = classify

@@ -154,7 +154,10 @@ def test_bad_input_is_refused_before_any_work(classifier):
     predict = classifier.predict
     for texts, message in [
         ([], r"`texts` must not be empty. Received: texts=\[\]"),
-        (["good", 3], r"`texts` must hold strings. Received: texts\[1\]=3"),
+        (
+            ["good", 3],
+            r"`texts` must hold strings; item 1 is not. Received: texts\[1\]=3",
+        ),
         (b"good", "texts=b'good'"),
         ([("a", "b"), ("a", "b", "c")], r"texts\[1\]=\('a', 'b', 'c'\)"),
         ([("a", "b"), "c"], r"pair.*texts\[1\]='c'"),
