@@ -6,7 +6,10 @@ encoded image files with TensorFlow only."""
 from keras_transformer.export.classifier import export_classifier
 from keras_transformer.export.encoder import export_encoder
 from keras_transformer.export.generator import export_text_generator
-from keras_transformer.export.image_classifier import export_image_classifier
+from keras_transformer.export.image_classifier import (
+    export_image_classifier,
+    preprocess_image,
+)
 from keras_transformer.export.translator import export_summarizer, export_translator
 
 __all__ = [
@@ -16,4 +19,5 @@ __all__ = [
     "export_summarizer",
     "export_text_generator",
     "export_translator",
+    "preprocess_image",
 ]

@@ -138,20 +138,7 @@ def export_image_classifier(
     def preprocess(data):
         """One file's bytes -> float32 `(S, S, C)`, or an error."""
         image = tf.io.decode_image(data, channels=0, expand_animations=False)
-        image = tf.cast(image, tf.float32)  # (height, width, 1 to 4)
-        count = tf.shape(image)[-1]
-        image = image[..., : tf.where(count >= 3, 3, 1)]  # without alpha
-        if channels == 3:
-            image = tf.tile(image, [1, 1, 3 // tf.shape(image)[-1]])
-        else:
-            image = tf.cond(
-                tf.shape(image)[-1] == 3,
-                lambda: tf.reduce_sum(image * LUMA, axis=-1, keepdims=True),
-                lambda: image,
-            )
-        image = tf.ensure_shape(image, [None, None, channels])
-        image = tf.image.resize(image, [size, size], antialias=True)
-        return (image * scale - mean) / std  # (S, S, C)
+        return preprocess_image(image, channels, size, scale, mean, std)
 
     def decode(image_bytes, candidates):
         """The rows that decode `(K,)` and their pixels `(K, S, S, C)`."""
@@ -224,6 +211,69 @@ def export_image_classifier(
     module.classify = classify
     signatures = {"serving_default": classify, "classify": classify}
     return savedmodel.save(module, signatures, path)
+
+
+def preprocess_image(
+    image, num_channels, image_size, scale=1 / 255, mean=None, std=None
+):
+    """A decoded image as a ViT's input, as `export_image_classifier`
+    preprocesses each row (steps 2 to 4 there).
+
+    Alpha is dropped, grayscale repeated to RGB or RGB made gray by
+    `tf.image.rgb_to_grayscale`'s weights, the image resized to `image_size`
+    × `image_size` (bilinear, antialiased), then `x * scale` and
+    `(x - mean) / std` per channel. Runs eagerly or in a graph.
+
+    Args:
+        image: pixel values in [0, 255], `(H, W, c)` with c in 1 to 4
+            channels (uint8 or float, e.g. from `tf.io.decode_image`).
+        num_channels: C, the model's channels: 1 or 3.
+        image_size: S, the model's image size.
+        scale: the positive factor pixel values are multiplied by first.
+        mean: None, a number, or C numbers subtracted per channel after
+            `scale`.
+        std: None, a number, or C positive numbers pixels are divided by
+            after `mean`.
+
+    Returns:
+        float32 `(S, S, C)`.
+
+    Example:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> white = np.full((4, 6, 4), 255, "uint8")  # RGBA
+        >>> pixels = kt.export.preprocess_image(white, 3, 2, mean=0.5, std=0.5)
+        >>> tuple(pixels.shape), round(float(pixels[0, 0, 0]), 5)  # (1 - 0.5) / 0.5
+        ((2, 2, 3), 1.0)
+    """
+    if num_channels not in (1, 3):
+        raise ValueError(
+            "`num_channels` must be 1 (grayscale) or 3 (RGB). "
+            f"Received: num_channels={num_channels!r}"
+        )
+    validation.check_positive_int("image_size", image_size)
+    validation.check_positive_number("scale", scale)
+    mean = _per_channel("mean", mean, num_channels, default=0.0)
+    std = _per_channel("std", std, num_channels, default=1.0, positive=True)
+    image = tf.cast(image, tf.float32)
+    if image.shape.rank is not None and image.shape.rank != 3:
+        raise ValueError(
+            "`image` must be one image (height, width, channels). "
+            f"Received: image of shape {image.shape}"
+        )
+    count = tf.shape(image)[-1]
+    image = image[..., : tf.where(count >= 3, 3, 1)]  # without alpha
+    if num_channels == 3:
+        image = tf.tile(image, [1, 1, 3 // tf.shape(image)[-1]])
+    else:
+        image = tf.cond(
+            tf.shape(image)[-1] == 3,
+            lambda: tf.reduce_sum(image * LUMA, axis=-1, keepdims=True),
+            lambda: image,
+        )
+    image = tf.ensure_shape(image, [None, None, num_channels])
+    image = tf.image.resize(image, [image_size, image_size], antialias=True)
+    return (image * scale - mean) / std  # (S, S, C)
 
 
 def _per_channel(name, value, channels, default, positive=False):

@@ -19,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.export import export_image_classifier
-from keras_transformer.export.image_classifier import FORMATS, LUMA
+from keras_transformer.export import export_image_classifier, preprocess_image
+from keras_transformer.export.image_classifier import FORMATS
 from keras_transformer.models import ViT
 from keras_transformer.tasks.base import Task
 
@@ -171,16 +171,10 @@ class ImageClassifier(Task):
     def _pixels(self, index, item):
         """`images[index]` as the model's float32 input `(S, S, C)`."""
         image = decode(index, item)  # (H, W, c) float32 in [0, 255]
-        channels, size = self.model.num_channels, self.model.image_size
-        image = image[..., : 3 if image.shape[-1] >= 3 else 1]  # without alpha
-        if channels == 3:
-            image = tf.tile(image, [1, 1, 3 // image.shape[-1]])
-        elif image.shape[-1] == 3:
-            image = tf.reduce_sum(image * LUMA, axis=-1, keepdims=True)
-        image = tf.image.resize(image, [size, size], antialias=True)
-        mean = np.float32(0.0 if self.mean is None else self.mean)
-        std = np.float32(1.0 if self.std is None else self.std)
-        return (image * self.scale - mean) / std
+        model = self.model
+        return preprocess_image(
+            image, model.num_channels, model.image_size, self.scale, self.mean, self.std
+        )
 
     def export(self, path, **options):
         """`kt.export.export_image_classifier` of the model with this task's

@@ -167,3 +167,17 @@ def test_bad_input_is_refused_before_the_model_runs(classifier, tmp_path):
         kt.tasks.ImageClassifier(seq2seq)
     with pytest.raises(ValueError, match="num_channels=2"):
         kt.tasks.ImageClassifier(make_vit(2))
+
+
+def test_preprocess_image_refuses_bad_arguments():
+    image = np.zeros((4, 4, 3), "uint8")
+    preprocess = kt.export.preprocess_image
+    for arguments, message in [
+        ((image, 2, 4), "num_channels=2"),
+        ((image, 3, 0), "image_size=0"),
+        ((image[..., 0], 3, 4), r"shape \(4, 4\)"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            preprocess(*arguments)
+    with pytest.raises(ValueError, match=r"std=\[1, 0, 1\]"):
+        preprocess(image, 3, 4, std=[1, 0, 1])
