@@ -5,6 +5,7 @@ encoded image files with TensorFlow only."""
 
 from keras_transformer.export.classifier import export_classifier
 from keras_transformer.export.encoder import export_encoder
+from keras_transformer.export.fill_mask import export_fill_mask
 from keras_transformer.export.generator import export_text_generator
 from keras_transformer.export.image_classifier import (
     export_image_classifier,
@@ -15,6 +16,7 @@ from keras_transformer.export.translator import export_summarizer, export_transl
 __all__ = [
     "export_classifier",
     "export_encoder",
+    "export_fill_mask",
     "export_image_classifier",
     "export_summarizer",
     "export_text_generator",

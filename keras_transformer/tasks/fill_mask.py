@@ -9,13 +9,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import _validation as validation
-from keras_transformer.export import savedmodel
+from keras_transformer.export import export_fill_mask, savedmodel
+from keras_transformer.export.fill_mask import (
+    check_fill_mask_tokenizer,
+    check_top_k,
+    pack_masked_texts,
+)
 from keras_transformer.models import BERTMaskedLM
 from keras_transformer.tasks import inputs
 from keras_transformer.tasks.base import Task
 from keras_transformer.text import checks as text_checks
-from keras_transformer.text import pack_segments
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -53,17 +56,9 @@ class FillMask(Task):
 
     def __init__(self, model, tokenizer, **kwargs):
         super().__init__(model, tokenizer, **kwargs)
-        self.cls_id, self.sep_id = inputs.cls_sep_ids(tokenizer, "kt.tasks.FillMask")
-        self.mask_id = text_checks.special_token_id(
-            tokenizer, text_checks.MASK, "kt.tasks.FillMask"
+        self.cls_id, self.sep_id, self.mask_id = check_fill_mask_tokenizer(
+            tokenizer, model.backbone.vocabulary_size, "kt.tasks.FillMask"
         )
-        if tokenizer.bos_token is not None or tokenizer.eos_token is not None:
-            raise ValueError(
-                "kt.tasks.FillMask needs a tokenizer without bos_token and "
-                "eos_token (it tokenizes the text between masks piece by "
-                f"piece). Received: bos_token={tokenizer.bos_token!r}, "
-                f"eos_token={tokenizer.eos_token!r}"
-            )
         self.sequence_length = model.backbone.max_sequence_length
         self._pack_function = None
         self._fill_function = None
@@ -103,12 +98,7 @@ class FillMask(Task):
                     f"Each text must hold {self.mask_token}. "
                     f"Received: texts[{i}]={text!r}"
                 )
-        vocabulary_size = self.model.backbone.vocabulary_size
-        if not validation.is_int(top_k) or not 1 <= top_k <= vocabulary_size:
-            raise ValueError(
-                f"`top_k` must be an integer in [1, {vocabulary_size}] (the "
-                f"vocabulary size). Received: top_k={top_k!r}"
-            )
+        check_top_k(top_k, self.model.backbone.vocabulary_size)
         inputs.check_batch_size(batch_size)
         batches = inputs.in_batches(self._packer(), [texts], batch_size)
         found = np.concatenate(
@@ -130,16 +120,20 @@ class FillMask(Task):
             )
         return results[0] if single else results
 
-    def export(self, path, **options):
-        """Not available: `kt.export` has no fill-mask exporter yet.
+    def export(self, path, top_k=5, **options):
+        """Writes the string SavedModel of `kt.export.export_fill_mask` with
+        this task's tokenizer; served, a text's `token`, `token_id`, `score`
+        and `sequence` are `predict(text, top_k)`'s at its first `[MASK]`.
 
-        Raises:
-            NotImplementedError: always.
+        Args:
+            path: the SavedModel directory to write.
+            top_k: K, how many tokens the SavedModel gives for a mask.
+            **options: more `export_fill_mask` arguments (`overwrite`).
+
+        Returns:
+            The absolute path written.
         """
-        raise NotImplementedError(
-            "kt.tasks.FillMask has no SavedModel export: kt.export has no "
-            "fill-mask exporter yet. Save the task with task.save(path)."
-        )
+        return export_fill_mask(self.model, self.tokenizer, path, top_k, **options)
 
     def _candidates(self, packed, probabilities, token_ids):
         """The result dicts of one batch (`probabilities` and `token_ids`
@@ -179,23 +173,14 @@ class FillMask(Task):
 
             @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
             def pack(texts):
-                pieces = tf.strings.split(texts, sep=self.mask_token)  # (B, None)
-                ids = tokenizer.tokenize(pieces.flat_values)  # (pieces, None)
-                # A [MASK] after every piece but the last of its text.
-                last = pieces.row_splits[1:] - 1
-                masked = tf.ones_like(pieces.flat_values, tf.int64)
-                masked = tf.tensor_scatter_nd_update(
-                    masked, last[:, None], tf.zeros_like(last)
+                return pack_masked_texts(
+                    tokenizer,
+                    texts,
+                    self.sequence_length,
+                    self.cls_id,
+                    self.sep_id,
+                    self.mask_id,
                 )
-                masks = tf.RaggedTensor.from_row_lengths(
-                    tf.fill([tf.reduce_sum(masked)], self.mask_id), masked
-                )
-                ids = tf.concat([ids, tf.cast(masks, ids.dtype)], axis=1)
-                ids = pieces.with_flat_values(ids).merge_dims(1, 2)  # (B, None)
-                packed = pack_segments(
-                    ids, self.sequence_length, self.cls_id, self.sep_id
-                )
-                return inputs.without_padding_columns(packed)
 
             self._pack_function = pack
         return self._pack_function

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from tests.helpers import to_numpy
+from tests.helpers import run_export_test, to_numpy
 
 HF = os.path.join(os.path.dirname(__file__), "..", "fixtures", "hf")
 with open(os.path.join(HF, "bert_tiny_mlm_fill_mask.json"), encoding="utf-8") as f:
@@ -112,10 +112,22 @@ def test_save_and_load_give_identical_answers(fill, tmp_path):
         assert restored.predict(REFERENCE["texts"]) == answers
 
 
-def test_export_says_there_is_no_fill_mask_exporter(fill, tmp_path):
-    with pytest.raises(NotImplementedError, match="fill-mask exporter"):
-        fill.export(tmp_path / "fill")
-    assert not (tmp_path / "fill").exists()
+def test_export_served_without_the_library_gives_predict(fill, tmp_path):
+    """The transformers fixture's texts: one answer list per text, its first
+    mask's for the text with two."""
+    path = fill.export(tmp_path / "fill", top_k=REFERENCE["top_k"])
+    texts = REFERENCE["texts"]
+    _, (served,) = run_export_test(path, [("fill_mask", {"text": texts})], tmp_path)
+    answers = fill.predict(texts, top_k=REFERENCE["top_k"])
+    for row, answer in enumerate(answers):
+        first = answer[0] if isinstance(answer[0], list) else answer
+        assert served["token_id"][row].tolist() == [c["token_id"] for c in first]
+        np.testing.assert_allclose(
+            served["score"][row], [c["score"] for c in first], atol=1e-6
+        )
+        for key in ("token", "sequence"):
+            assert [s.decode() for s in served[key][row]] == [c[key] for c in first]
+    assert served["error"].tolist() == [b""] * len(texts)
 
 
 def test_bad_input_is_refused_before_any_work(fill):
