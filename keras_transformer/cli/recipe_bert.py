@@ -4,7 +4,7 @@ the label in the last column).
 Texts are packed as `[CLS] text [SEP]` to one length (the longest
 tokenized text, or `--context`); the held-out measures are accuracy,
 macro-F1 and the confusion matrix; the export is
-`kt.export.export_classifier`.
+`kt.tasks.TextClassifier.export`'s.
 """
 
 import os
@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer import export, models, text
+from keras_transformer import models, tasks, text
 from keras_transformer.cli import datasets, scores
 from keras_transformer.cli.batches import epoch_order, fitted_length, step_batches
 from keras_transformer.cli.errors import CommandError
@@ -105,13 +105,9 @@ class BERTRecipe(Recipe):
         report = scores.classification_report(
             held_y.tolist(), np.argmax(logits, -1).tolist(), class_names
         )
-        export.export_classifier(
-            model,
-            tokenizer,
-            run.export_path(),
-            class_names=class_names,
-            sequence_length=length,
-        )
+        tasks.TextClassifier(
+            model, tokenizer, class_names=class_names, sequence_length=length
+        ).export(run.export_path())
         results = {
             "held-out accuracy": report["accuracy"],
             "held-out macro-F1": report["macro_f1"],

@@ -4,7 +4,7 @@ source<TAB>target).
 Targets are framed as `[START] target [END]`; source and target lengths are
 the longest tokenized texts (capped by `--context`); the held-out measures
 are corpus BLEU, chrF and exact matches of the export's translations; the
-export is `kt.export.export_translator`.
+export is `kt.tasks.Translator.export`'s.
 """
 
 import os
@@ -12,7 +12,7 @@ import os
 import keras
 import numpy as np
 
-from keras_transformer import export, models, training
+from keras_transformer import models, tasks, training
 from keras_transformer.cli import datasets, scores
 from keras_transformer.cli.batches import (
     epoch_order,
@@ -119,8 +119,8 @@ class Seq2SeqRecipe(Recipe):
         )
         history = run.fit(model, batches, validation, steps, every, start_step)
         path = run.export_path()
-        export.export_translator(
-            model, tokenizer, tokenizer, path, max_new_tokens=target_length - 1
+        tasks.Translator(model, tokenizer).export(
+            path, max_new_tokens=target_length - 1
         )
         test = run.held_out[:500]
         hypotheses = translate_all(path, [a for a, _ in test])
