@@ -10,15 +10,19 @@ batch 64, 3 epochs over 8,000 pairs, plain masked cross-entropy. Accuracy is
 teacher-forced, over the 1,000 held-out pairs' real target tokens (the
 end token included); exact is the share of pairs with every token right.
 
-- `ours`: `kt.models.seq2seq(..., target_vocabulary_size=...)` (√E-scaled
-  Keras-uniform token embeddings plus sinusoidal positions, embedding
+- `ours`: `kt.models.seq2seq(..., target_vocabulary_size=...)` with its
+  defaults (learned positions, unscaled Keras-uniform tokens, embedding
   dropout);
+- `ours_paper`: the same with the paper's embedding, our default before
+  issue #28 (`position="sinusoidal", scale_embeddings=True`);
+- `ours_normal`: `ours_paper` with N(0, 1/E) token draws (unit variance
+  after the √E scale);
 - `keras_hub`: `keras_hub.layers.TokenAndPositionEmbedding` (unscaled
   Keras-uniform tokens, learned positions), `TransformerEncoder`,
   `TransformerDecoder`, `Dense`: the layers of keras.io's KerasHub
   translation example.
 
-    python benchmarks/seq2seq_init.py --seeds 0 1 --models ours keras_hub
+    python benchmarks/seq2seq_init.py --seeds 0 1 2
 """
 
 import argparse
@@ -34,7 +38,6 @@ VOCABULARY, LENGTH, PAIRS, HELD_OUT = 1000, 12, 8000, 1000
 LAYERS, HEADS, HIDDEN, INTERMEDIATE, DROPOUT = 2, 4, 128, 512, 0.1
 EPOCHS, BATCH, LEARNING_RATE = 3, 64, 1e-3
 START, END = 1, 2  # target ids; 0 is padding, words are 3..VOCABULARY-1
-MODELS = ("ours", "keras_hub")
 
 
 def pairs(seed):
@@ -54,11 +57,27 @@ def pairs(seed):
     return source, inputs, labels
 
 
-def ours():
+def ours(**options):
     return kt.models.seq2seq(VOCABULARY, num_layers=LAYERS, num_heads=HEADS,
                              hidden_dim=HIDDEN, intermediate_dim=INTERMEDIATE,
                              max_sequence_length=LENGTH + 1, dropout=DROPOUT,
-                             target_vocabulary_size=VOCABULARY)  # fmt: skip
+                             target_vocabulary_size=VOCABULARY, **options)  # fmt: skip
+
+
+def ours_paper():
+    """Ours with the paper's embedding, our defaults before issue #28:
+    fixed sinusoids plus √E-scaled Keras-uniform(±0.05) tokens."""
+    return ours(position="sinusoidal", scale_embeddings=True)
+
+
+def ours_normal():
+    """The paper's embedding with the paper's token draws, N(0, 1/E), scaled
+    by √E to unit variance (tensor2tensor's and fairseq's pairing)."""
+    model = ours_paper()
+    for layer in (model.encoder_embeddings, model.decoder_embeddings):
+        table = layer.token_embedding.embeddings
+        table.assign(keras.random.normal(table.shape, stddev=HIDDEN**-0.5))
+    return model
 
 
 def keras_hub():
@@ -84,7 +103,7 @@ def accuracy(name, seed):
     source, inputs, labels = pairs(seed)
     train, test = slice(0, PAIRS), slice(PAIRS, None)
     keras.utils.set_random_seed(seed)
-    model = {"ours": ours, "keras_hub": keras_hub}[name]()
+    model = BUILDERS[name]()
     model.compile(
         optimizer=keras.optimizers.Adam(LEARNING_RATE),
         loss=kt.training.MaskedSparseCategoricalCrossentropy(),
@@ -111,6 +130,15 @@ def accuracy(name, seed):
         "exact": float(np.mean(np.all(right, axis=-1))),
         "seconds": round(seconds, 1),
     }
+
+
+BUILDERS = {
+    "ours": ours,
+    "ours_paper": ours_paper,
+    "ours_normal": ours_normal,
+    "keras_hub": keras_hub,
+}
+MODELS = tuple(BUILDERS)
 
 
 def main():

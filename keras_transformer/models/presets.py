@@ -36,6 +36,10 @@ def _vit_sizes(image_size, patch_size, num_classes, num_layers, hidden_dim, num_
     )
 
 
+# The paper's embedding: fixed sinusoids plus √E-scaled tokens (the seq2seq
+# class defaults to learned positions and unscaled tokens instead).
+PAPER_EMBEDDING = {"position": "sinusoidal", "scale_embeddings": True}
+
 PRESETS = {
     "bert_tiny": {
         "family": "bert",
@@ -64,12 +68,12 @@ PRESETS = {
     },
     "seq2seq_tiny": {
         "family": "seq2seq",
-        "config": _sizes(8000, 2, 128, 4, 256),
+        "config": {**_sizes(8000, 2, 128, 4, 256), **PAPER_EMBEDDING},
         "parameters": 1_949_696,
     },
     "seq2seq_base": {
         "family": "seq2seq",
-        "config": _sizes(37000, 6, 512, 8, 256),
+        "config": {**_sizes(37000, 6, 512, 8, 256), **PAPER_EMBEDDING},
         "parameters": 63_082_496,
     },
     # Images: ViT-B/16 and ViT-L/16 on 224×224 ImageNet-1k; a tiny one for tests.

@@ -28,11 +28,14 @@ from keras_transformer.models.decoding import Seq2SeqLM, empty_caches
 class Seq2Seq(ModelMixin, Seq2SeqLM):
     """The encoder-decoder of "Attention Is All You Need", built functionally.
 
-    Sinusoidal positions added to √E-scaled token embeddings, post-LN blocks
-    with ReLU; the last encoder block's output feeds the cross-attention of
-    every decoder block. The options after `tie_embeddings` cover the
-    variants pretrained checkpoints use (`kt.models.from_pretrained` sets
-    them for Marian and BART); their defaults are the paper's model.
+    Post-LN blocks with ReLU; the last encoder block's output feeds the
+    cross-attention of every decoder block. Token embeddings plus learned
+    positions by default; `position="sinusoidal", scale_embeddings=True` is
+    the paper's embedding (the `seq2seq_tiny`/`seq2seq_base` presets use it).
+    Trained from scratch, the default learned as well as KerasHub's layers
+    where the paper's embedding learned far worse (docs/benchmarks.md). The
+    options after `tie_embeddings` cover the variants pretrained checkpoints
+    use (`kt.models.from_pretrained` sets them for Marian and BART).
 
     Args:
         vocabulary_size: source vocabulary size (id 0 is padding).
@@ -55,12 +58,13 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         activation: feed-forward activation (`"relu"`; Marian uses
             `"silu"`, which Hugging Face calls swish, and BART `"gelu"`).
         layer_norm_epsilon: LayerNorm epsilon (Hugging Face's models: 1e-5).
-        position: `"sinusoidal"` or `"learned"` positions.
+        position: `"learned"` positions (the default) or the paper's fixed
+            `"sinusoidal"` ones.
         sinusoidal_layout: `"interleaved"` (the paper) or `"concatenated"`
             (Marian); see `kt.layers.sinusoidal_encoding`.
         position_offset: learned positions: row of position 0 (BART: 2).
         scale_embeddings: multiply token embeddings by √E (the paper,
-            Marian); BART checkpoints mostly do not.
+            Marian); BART checkpoints mostly do not, nor does the default.
         embedding_layer_norm: a LayerNorm after adding the positions, in
             the encoder and in the decoder (BART's `layernorm_embedding`).
         logits_bias: add a learned bias to the logits (`final_logits_bias`).
@@ -106,6 +110,14 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
 
     family = "seq2seq"
 
+    # Defaults that changed (issue #28): a file saved without these keys was
+    # built with the paper's embedding.
+    EARLIER_DEFAULTS = {"position": "sinusoidal", "scale_embeddings": True}
+
+    @classmethod
+    def from_config(cls, config):
+        return super().from_config({**cls.EARLIER_DEFAULTS, **config})
+
     def __init__(
         self,
         vocabulary_size,
@@ -121,10 +133,10 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         num_decoder_layers=None,
         activation="relu",
         layer_norm_epsilon=1e-6,
-        position="sinusoidal",
+        position="learned",
         sinusoidal_layout="interleaved",
         position_offset=0,
-        scale_embeddings=True,
+        scale_embeddings=False,
         embedding_layer_norm=False,
         logits_bias=False,
         decoder_start_token_id=None,
@@ -355,10 +367,10 @@ def seq2seq(
     num_decoder_layers=None,
     activation="relu",
     layer_norm_epsilon=1e-6,
-    position="sinusoidal",
+    position="learned",
     sinusoidal_layout="interleaved",
     position_offset=0,
-    scale_embeddings=True,
+    scale_embeddings=False,
     embedding_layer_norm=False,
     logits_bias=False,
     decoder_start_token_id=None,

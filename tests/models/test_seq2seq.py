@@ -92,7 +92,12 @@ def test_output_projection_default_and_round_trip(
         np.testing.assert_allclose(logits, hidden @ kernel + bias, rtol=1e-4, atol=1e-4)
         assert not np.allclose(logits, through_embedding, atol=1e-2)
     shared = target_vocabulary_size is None
-    assert (model.encoder_embeddings is model.decoder_embeddings) == shared
+    # A shared vocabulary has one token table (with learned positions, each
+    # side keeps its own position table).
+    same = model.encoder_embeddings.token_embedding is (
+        model.decoder_embeddings.token_embedding
+    )
+    assert same == shared
     restored = run_model_saving_test(model, x, tmp_path)
     assert (restored.output_dense is None) == tied
 
@@ -175,7 +180,7 @@ def test_bad_pretrained_options():
     with pytest.raises(ValueError, match="generation_config"):
         small(generation_config=[("end_token_id", 2)])
     with pytest.raises(ValueError, match="position_offset"):
-        small(position_offset=2)  # sinusoidal positions have no offset
+        small(position="sinusoidal", position_offset=2)  # sinusoids: no offset
     with pytest.raises(ValueError, match="sinusoidal_layout"):
         small(sinusoidal_layout="shuffled")
     with pytest.raises(ValueError, match="num_decoder_layers"):
