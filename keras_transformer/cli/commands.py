@@ -17,9 +17,17 @@ import shutil
 import sys
 import time
 
+import tensorflow as tf
+
 from keras_transformer import _validation as validation
+from keras_transformer.cli import demo
+from keras_transformer.cli.data import file_digest, load_data
 from keras_transformer.cli.errors import CommandError
+from keras_transformer.cli.registry import TASKS
 from keras_transformer.cli.report import print_results
+from keras_transformer.cli.run import Run
+from keras_transformer.cli.serving import load_export
+from keras_transformer.cli.settings import checkpoint_kind, resolve
 
 RUN_FILE = "run.json"  # in the work folder: the settings a resume must match
 
@@ -104,11 +112,6 @@ def _check_resume(work, resume, overwrite, identity):
 
 
 def _train(args):
-    from keras_transformer.cli.data import file_digest, load_data
-    from keras_transformer.cli.registry import TASKS
-    from keras_transformer.cli.run import Run
-    from keras_transformer.cli.settings import checkpoint_kind, resolve
-
     recipe = TASKS[args.task]
     output = check_output(args.output, args.overwrite)
     work = work_folder(output)
@@ -176,8 +179,6 @@ def _read_config(folder):
 
 
 def _evaluate(args):
-    from keras_transformer.cli.registry import TASKS
-
     config = _read_config(args.model)
     recipe = TASKS.get(config["task"])
     if recipe is None:
@@ -202,10 +203,6 @@ def _evaluate(args):
 
 
 def _generate(args):
-    import tensorflow as tf
-
-    from keras_transformer.cli.serving import load_export
-
     fn = load_export(args.model, "generate")
     out = fn(
         prompts=tf.constant(args.prompts),
@@ -218,10 +215,6 @@ def _generate(args):
 
 
 def _classify(args):
-    import tensorflow as tf
-
-    from keras_transformer.cli.serving import load_export
-
     fn = load_export(args.model, "classify")
     out = fn(text=tf.constant(args.texts))
     for text, label, probs in zip(
@@ -233,10 +226,6 @@ def _classify(args):
 
 
 def _translate(args):
-    import tensorflow as tf
-
-    from keras_transformer.cli.serving import load_export
-
     fn = load_export(args.model, "translate")
     out = fn(sentences=tf.constant(args.sentences))
     for translation in out["translation"].numpy():
@@ -245,8 +234,6 @@ def _translate(args):
 
 
 def _demo(args):
-    from keras_transformer.cli import demo
-
     print(
         f"Training a 2-block Transformer encoder to reverse sequences of "
         f"{demo.SEQUENCE_LENGTH} tokens ({args.steps} steps, generated data)..."
