@@ -64,7 +64,9 @@ def generate(
         max_new_tokens: how many tokens to add after the prompt.
         sampler: `"greedy"`, `"temperature"`, `"top_k"`, `"top_p"`, `"beam"`,
             or a `Sampler` instance.
-        end_token_id: a sequence stops at this token; later positions are 0.
+        end_token_id: a sequence stops at this token (or at any of a list
+            of them; beam search and speculative decoding take one); later
+            positions are 0.
         use_cache: False recomputes the whole prefix at every step (for
             comparison; same tokens).
         seed: int seed; the same seed gives the same samples.
@@ -112,12 +114,47 @@ def generate(
         prompt_lookup_num_tokens,
         prompt_lookup_max_ngram_size,
     )
+    # Speculative steps write up to K positions past the last one kept.
+    room = speculation["num_tokens"] if speculation else 0
+    request = check_request(
+        model, inputs, max_new_tokens, sampler, end_token_id, seed, room
+    )
+    if request is None:  # max_new_tokens == 0
+        return model.generation_inputs(inputs)[0]
+    if speculation and np.ndim(request["end_token_id"]):
+        raise ValueError(
+            "Speculative and prompt-lookup decoding stop at one end token. "
+            f"Received: end_token_id={end_token_id!r}"
+        )
+    if speculation:
+        decode = compiled_speculative_fn(model, sampler, **speculation)
+    else:
+        decode = compiled_decode_fn(model, sampler, use_cache)
+    output = decode(
+        *(tf.constant(request[key]) for key in REQUEST_KEYS),
+    )
+    if speculation:
+        output, _ = output  # the tokens, without the step counts
+    return output.numpy()[:, : request["stop"]]
+
+
+# The arguments of a decode function, in order (see `decode_function`).
+REQUEST_KEYS = ("tokens", "source", "start", "stop", "end_token_id", "seed")
+
+
+def check_request(model, inputs, max_new_tokens, sampler, end_token_id, seed, room=0):
+    """`generate`'s checks of a request, before any work, and the numpy
+    arguments of a decode function (a dict keyed by `REQUEST_KEYS`, plus
+    `prompt_mask`); None when `max_new_tokens` is 0.
+
+    `end_token_id` (None, an id, or a list of ids) becomes an int32 scalar
+    (-1 for none) or, for several ids, a vector; `room` is how many
+    positions past the last one a decode loop may write (speculation)."""
     max_new_tokens = validation.check_max_new_tokens(max_new_tokens)
     prompt, source = model.generation_inputs(inputs)
     vocabulary_size = model.output_vocabulary_size
-    if end_token_id is not None:
-        validation.check_token_id("end_token_id", end_token_id, vocabulary_size)
-    elif sampler.force_end_token:
+    end_ids = check_end_token_ids(end_token_id, vocabulary_size, sampler)
+    if end_ids is None and sampler.force_end_token:
         raise ValueError(
             "`force_end_token=True` needs an `end_token_id`. "
             "Received: end_token_id=None"
@@ -145,30 +182,42 @@ def generate(
             f"Received prompt lengths {lengths.tolist()}"
         )
     if max_new_tokens == 0:
-        return prompt
-    # Speculative steps write up to K positions past the last one kept.
-    room = total + (speculation["num_tokens"] if speculation else 0)
-    length = min(limit, -(-room // BUCKET) * BUCKET)
+        return None
+    length = min(limit, -(-(total + room) // BUCKET) * BUCKET)
     tokens = np.zeros((batch, length), "int32")
     tokens[:, :prompt_length] = prompt
     if source is not None:
         source = _pad(source, min(limit, -(-source.shape[1] // BUCKET) * BUCKET))
-    seed = np.random.default_rng().integers(2**31) if seed is None else seed
-    if speculation:
-        decode = compiled_speculative_fn(model, sampler, **speculation)
     else:
-        decode = compiled_decode_fn(model, sampler, use_cache)
-    output = decode(
-        tf.constant(tokens),
-        tf.constant(source if source is not None else np.zeros((batch, 1), "int32")),
-        tf.constant(int(lengths.min()), tf.int32),
-        tf.constant(total, tf.int32),
-        tf.constant(-1 if end_token_id is None else end_token_id, tf.int32),
-        tf.constant([seed, 0], tf.int32),
-    )
-    if speculation:
-        output, _ = output  # the tokens, without the step counts
-    return output.numpy()[:, :total]
+        source = np.zeros((batch, 1), "int32")
+    seed = np.random.default_rng().integers(2**31) if seed is None else seed
+    return {
+        "tokens": tokens,
+        "source": source,
+        "start": np.int32(lengths.min()),
+        "stop": np.int32(total),
+        "end_token_id": np.asarray(-1 if end_ids is None else end_ids, "int32"),
+        "seed": np.array([seed, 0], "int32"),
+        "prompt_mask": tokens != 0,
+    }
+
+
+def check_end_token_ids(end_token_id, vocabulary_size, sampler):
+    """None, one end id (an int), or a tuple of several (sorted), checked
+    against the vocabulary; several need a sampler of the shared loop."""
+    if end_token_id is None:
+        return None
+    if validation.is_int(end_token_id):
+        return validation.check_token_id("end_token_id", end_token_id, vocabulary_size)
+    ids = validation.check_token_ids("end_token_id", end_token_id, vocabulary_size)
+    if len(ids) == 1:
+        return ids[0]
+    if not sampler.uses_shared_loop:
+        raise ValueError(
+            f"`end_token_id` holds several ids, which {type(sampler).__name__} "
+            f"does not take (one end id). Received: end_token_id={end_token_id!r}"
+        )
+    return ids
 
 
 def compiled_decode_fn(model, sampler, use_cache=True):

@@ -25,9 +25,24 @@ def never_padding(logits, value):
     return tf.where(is_padding[None], value, logits)
 
 
-def forced(token_id, vocabulary):
-    """`(1, V)` scores that force `token_id`: 0 there, -inf elsewhere."""
-    return tf.where(tf.one_hot(token_id, vocabulary)[None] > 0, 0.0, -INF)
+def id_mask(token_ids, vocabulary):
+    """Bool `(V,)`: True at `token_ids` (an int32 scalar or vector; an id of
+    -1, "none", marks nothing)."""
+    hot = tf.one_hot(tf.reshape(token_ids, [-1]), vocabulary)  # (E, V)
+    return tf.reduce_any(hot > 0, axis=0)
+
+
+def is_end(tokens, end_token_id):
+    """Bool, the shape of `tokens`: where a token is one of the end ids
+    (`end_token_id` an int32 scalar or vector; -1 is none)."""
+    ids = tf.reshape(end_token_id, [-1])
+    return tf.reduce_any(tf.equal(tokens[..., None], ids), axis=-1)
+
+
+def forced(token_ids, vocabulary):
+    """`(1, V)` scores that force `token_ids` (one id, or several, each
+    allowed): 0 there, -inf elsewhere."""
+    return tf.where(id_mask(token_ids, vocabulary)[None], 0.0, -INF)
 
 
 def write(tokens, index, values):

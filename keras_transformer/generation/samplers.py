@@ -1,10 +1,10 @@
 """Samplers: how the next token is chosen from the model's logits.
 
-This module holds `Sampler` (the one-token decode loop and the options every
-sampler takes), the greedy, temperature, top-k and top-p samplers, and
-`RequestSampler`, whose temperature is a graph tensor (the exporters' per
-request choice). Beam search is in `kt.generation.beam`, the name registry
-(`SAMPLERS`, `get_sampler`) in `kt.generation.registry`.
+This module holds `Sampler` (the one-token decode loop; `options` checks and
+applies the options every sampler takes), the greedy, temperature, top-k and
+top-p samplers, and `RequestSampler`, whose temperature is a graph tensor
+(the exporters' per request choice). Beam search is in `kt.generation.beam`,
+the name registry (`SAMPLERS`, `get_sampler`) in `kt.generation.registry`.
 
 Samplers never see the model: they drive a decode loop through
 `next_fn(tokens, cache, index) -> (logits (B, V), cache)`, in TensorFlow
@@ -19,36 +19,7 @@ buffer (B, or B * K for beam search with K beams).
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.generation import loop
-
-
-def _check_temperature(temperature):
-    number = isinstance(temperature, int | float) and not isinstance(temperature, bool)
-    if not number or temperature <= 0:
-        raise ValueError(
-            f"`temperature` must be a number > 0. Received: temperature={temperature!r}"
-        )
-
-
-def _check_count(name, value):
-    """A non-negative int (0 turns the option off)."""
-    if not validation.is_int(value) or value < 0:
-        raise ValueError(
-            f"`{name}` must be an integer >= 0. Received: {name}={value!r}"
-        )
-    return int(value)
-
-
-def _check_id_list(name, value):
-    """A list of token ids, possibly empty (the option off)."""
-    if validation.is_int(value):  # one id, which the shared check would take
-        raise ValueError(
-            f"`{name}` must be a list of token ids > 0. Received: {name}={value!r}"
-        )
-    if not isinstance(value, str | bytes) and getattr(value, "__len__", None):
-        if len(value) == 0:
-            return ()
-    return validation.check_token_ids(name, value)
+from keras_transformer.generation import loop, options
 
 
 class Sampler:
@@ -63,7 +34,8 @@ class Sampler:
 
     What decode loops ask (subclasses override it): `num_rows`, buffer rows
     per prompt; `supports_speculation`, whether `distribution` is
-    implemented; `is_greedy`, whether the choice is the argmax.
+    implemented; `is_greedy`, whether the choice is the argmax;
+    `uses_shared_loop`, whether it runs in pieces and takes several end ids.
 
     Args:
         temperature: logits are divided by it before choosing.
@@ -106,13 +78,12 @@ class Sampler:
         renormalize_logits=False,
         repetition_penalty=None,
     ):
-        _check_temperature(temperature)
-        self.temperature = temperature
-        self.min_new_tokens = _check_count("min_new_tokens", min_new_tokens)
-        self.no_repeat_ngram_size = _check_count(
+        self.temperature = options.check_temperature(temperature)
+        self.min_new_tokens = options.check_count("min_new_tokens", min_new_tokens)
+        self.no_repeat_ngram_size = options.check_count(
             "no_repeat_ngram_size", no_repeat_ngram_size
         )
-        self.suppressed_token_ids = _check_id_list(
+        self.suppressed_token_ids = options.check_id_list(
             "suppressed_token_ids", suppressed_token_ids
         )
         self.forced_first_token_id = (
@@ -190,44 +161,14 @@ class Sampler:
             index: the position being chosen.
             prompt_lengths: int32 `(R,)`, each row's prompt length.
             stop: one past the last position to fill.
-            end_token_id: int32 scalar, -1 for none.
+            end_token_id: int32 scalar or vector (several end ids), -1
+                for none.
         """
         if not self.has_options():
             return scores
-        vocabulary = tf.shape(scores)[1]
-        if self.repetition_penalty is not None:
-            # Dividing by the temperature first does not change the sign.
-            seen = loop.seen_tokens(tokens, index, vocabulary)
-            penalty = self.repetition_penalty
-            penalized = tf.where(scores > 0, scores / penalty, scores * penalty)
-            scores = tf.where(seen, penalized, scores)
-        banned = []  # bool masks broadcasting to (R, V)
-        if self.no_repeat_ngram_size:
-            n = self.no_repeat_ngram_size
-            banned.append(loop.repeated_ngrams(tokens, index, n, vocabulary))
-        if self.suppressed_token_ids:
-            ids = tf.constant(self.suppressed_token_ids, tf.int32)
-            banned.append(tf.reduce_any(tf.one_hot(ids, vocabulary) > 0, 0)[None])
-        if self.min_new_tokens:
-            short = index - prompt_lengths < self.min_new_tokens  # (R,)
-            # one_hot(-1) is all zeros: nothing to forbid without an end token.
-            is_end = tf.one_hot(end_token_id, vocabulary) > 0
-            banned.append(tf.logical_and(short[:, None], is_end[None]))
-        for mask in banned:
-            scores = tf.where(mask, -loop.INF, scores)
-        if self.forced_first_token_id is not None:
-            first = index == prompt_lengths
-            scores = tf.where(
-                first[:, None],
-                loop.forced(self.forced_first_token_id, vocabulary),
-                scores,
-            )
-        if self.force_end_token:
-            last = tf.logical_and(index == stop - 1, end_token_id >= 0)
-            scores = tf.where(last, loop.forced(end_token_id, vocabulary), scores)
-        if self.renormalize_logits:
-            scores = tf.nn.log_softmax(scores, axis=-1)
-        return scores
+        return options.process(
+            self, scores, tokens, index, prompt_lengths, stop, end_token_id
+        )
 
     def __call__(
         self,
@@ -250,7 +191,8 @@ class Sampler:
             start: first position to fill (the shortest prompt's length).
             stop: one past the last position to fill.
             prompt_mask: bool `(B, L)`, True where `tokens` is prompt (kept).
-            end_token_id: int32 scalar; -1 for none. After it, rows get 0.
+            end_token_id: int32 scalar, or vector of several end ids; -1 for
+                none. After one of them, rows get 0.
             seed: int32 `(2,)` seed of the stateless random ops.
             done: optional bool `(B,)`, rows that already ended (a loop that
                 continues another one, as speculative decoding's tail does).
@@ -260,10 +202,46 @@ class Sampler:
         """
         if done is None:
             done = tf.zeros((tf.shape(tokens)[0],), tf.bool)
+        tokens, *_ = self.run(
+            next_fn, tokens, cache, start, stop, prompt_mask, end_token_id, seed, done
+        )
+        return tokens
+
+    @property
+    def uses_shared_loop(self):
+        """Whether the sampler decodes with this loop (`run`), which runs in
+        pieces (streaming) and stops at any of several end ids; a subclass
+        with its own loop (beam search) does not."""
+        return type(self).__call__ is Sampler.__call__
+
+    def run(
+        self,
+        next_fn,
+        tokens,
+        cache,
+        index,
+        stop,
+        prompt_mask,
+        end_token_id,
+        seed,
+        done,
+        until=None,
+    ):
+        """The loop of `__call__` from position `index`, state in and out, so
+        that it can run in pieces (streaming): it fills positions up to
+        `min(until, stop) - 1`, or fewer once every row is `done`. Each
+        position draws with its own seed (`seed[1] + index`): a loop run in
+        pieces makes the same tokens as one run.
+
+        Returns:
+            `(tokens, cache, index, done)`: the state after the last
+            position filled, to continue from.
+        """
         prompt_lengths = loop.prompt_lengths(prompt_mask)
+        until = stop if until is None else tf.minimum(until, stop)
 
         def cond(tokens, cache, index, done):
-            return tf.logical_and(index < stop, tf.logical_not(tf.reduce_all(done)))
+            return tf.logical_and(index < until, tf.logical_not(tf.reduce_all(done)))
 
         def body(tokens, cache, index, done):
             logits, cache = next_fn(tokens, cache, index)
@@ -275,14 +253,12 @@ class Sampler:
             in_prompt = prompt_mask[:, index]
             chosen = tf.where(in_prompt, tokens[:, index], chosen)
             chosen = tf.where(done, tf.zeros_like(chosen), chosen)
-            done = tf.logical_or(
-                done, tf.logical_and(tf.logical_not(in_prompt), chosen == end_token_id)
-            )
+            ended = loop.is_end(chosen, end_token_id)
+            done = tf.logical_or(done, tf.logical_and(tf.logical_not(in_prompt), ended))
             tokens = loop.write(tokens, index, chosen)
             return tokens, cache, index + 1, done
 
-        tokens, *_ = tf.while_loop(cond, body, (tokens, cache, start, done))
-        return tokens
+        return tf.while_loop(cond, body, (tokens, cache, index, done))
 
 
 class GreedySampler(Sampler):

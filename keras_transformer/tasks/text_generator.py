@@ -5,15 +5,17 @@ Shape legend: B prompts (times `num_return_sequences`), P the longest
 prompt, N new tokens, L the model's max_sequence_length.
 """
 
+import os
+
 import keras
 import numpy as np
-import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.export import export_text_generator, savedmodel
-from keras_transformer.generation import generate
+from keras_transformer.export import export_text_generator
+from keras_transformer.generation import generate, get_sampler
+from keras_transformer.generation.stream import CHUNK_SIZE, ChunkedDecoding
 from keras_transformer.models import CausalLM
-from keras_transformer.tasks import inputs
+from keras_transformer.tasks import inputs, text_stream
 from keras_transformer.tasks.base import Task
 from keras_transformer.text import causal_lm_dataset
 from keras_transformer.training import (
@@ -23,6 +25,13 @@ from keras_transformer.training import (
 
 # Tokens that end a document, in the order they are looked for.
 END_TOKENS = ("<|endoftext|>", "[END]")
+# `generate` keywords that decode otherwise than the one-token loop.
+SPECULATIVE = (
+    "draft_model",
+    "num_speculative_tokens",
+    "prompt_lookup_num_tokens",
+    "prompt_lookup_max_ngram_size",
+)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -34,10 +43,11 @@ class TextGenerator(Task):
         model: a `kt.models.CausalLM`, e.g. from `kt.models.gpt2` or
             `kt.models.from_pretrained`.
         tokenizer: the `kt.text` tokenizer whose ids the model takes.
-        end_token: the token that ends a generation (and separates
-            documents in `fit`); `"auto"` takes `<|endoftext|>` or `[END]`,
-            whichever the vocabulary has (None if neither); None never ends
-            early.
+        end_token: what ends a generation: a token or its id, or a list of
+            them (a text ends at any); `"auto"` takes `<|endoftext|>` or
+            `[END]`, whichever the vocabulary has (None if neither), and
+            `from_pretrained` the config's `eos_token_id` (one or a list);
+            None never ends early. `fit` separates documents with the first.
         **kwargs: base `keras.Model` arguments (`name`).
 
     Example:
@@ -58,13 +68,22 @@ class TextGenerator(Task):
 
     def __init__(self, model, tokenizer, end_token="auto", **kwargs):
         super().__init__(model, tokenizer, **kwargs)
-        if end_token == "auto":
+        if isinstance(end_token, str) and end_token == "auto":
             vocabulary = set(tokenizer.get_vocabulary())
             end_token = next((t for t in END_TOKENS if t in vocabulary), None)
-        self.end_token = end_token
-        self.end_token_id = savedmodel.token_id(
-            tokenizer, "end_token", end_token, allow_none=True
-        )
+        self.end_token, self.end_token_id = _check_end_token(tokenizer, end_token)
+
+    @classmethod
+    def _from_folder(cls, model, tokenizer, config, path):
+        # transformers reads generation_config.json first.
+        generation = os.path.join(path, "generation_config.json")
+        generation = validation.read_json(generation, missing_ok=True) or {}
+        end = generation.get("eos_token_id", config.get("eos_token_id"))
+        # The checkpoint's ids are ours - 1.
+        if end is None or end == []:
+            return cls(model, tokenizer)
+        ids = [e + 1 for e in end] if isinstance(end, list) else end + 1
+        return cls(model, tokenizer, end_token=ids)
 
     def generate(
         self,
@@ -77,6 +96,7 @@ class TextGenerator(Task):
         repetition_penalty=None,
         return_full_text=False,
         stream=False,
+        stream_chunk_size=CHUNK_SIZE,
         **sampler_args,
     ):
         """Continues each prompt with up to `max_new_tokens` new tokens.
@@ -89,24 +109,32 @@ class TextGenerator(Task):
         text.
 
         Args:
-            prompts: a non-empty string, or a list of them.
+            prompts: a non-empty string, or a list of them (one string when
+                streaming).
             max_new_tokens: the most new tokens per text, in
                 `[1, max_sequence_length - 1]`.
             sampler: `"greedy"`, `"temperature"`, `"top_k"`, `"top_p"`,
                 `"beam"`, or a `kt.generation.Sampler` (see
                 `kt.generation.generate`).
             seed: int seed for the samplers that draw.
-            stop: a string or a list of strings; the text is cut before
-                the first occurrence of any of them in the generated text
-                (one spanning several tokens, or ending inside one,
-                included).
+            stop: a string or a list of strings; a text ends at the first
+                occurrence of any of them in its generated text (one
+                spanning several tokens, or ending inside one, included)
+                and is cut before it. Generation stops once every text has
+                one (checked every `stream_chunk_size` tokens; beam search
+                and speculative decoding only cut).
             num_return_sequences: texts per prompt (sampling samplers: each
-                an independent draw; as Hugging Face, greedy decoding gives
-                one).
+                an independent draw; beam search: the best beams, at most
+                `num_beams`; as Hugging Face, greedy decoding gives one).
             repetition_penalty: > 1 discourages ids already in the text
                 (Hugging Face's `repetition_penalty`); None is off.
             return_full_text: prefix each text with its prompt.
-            stream: not implemented yet (a ValueError).
+            stream: return an iterator of text pieces as tokens are made
+                (one prompt; not beam search). Joined, the pieces are the
+                text `stream=False` returns; a piece never splits a
+                character.
+            stream_chunk_size: tokens decoded between two pieces (and
+                between two stop-string checks).
             **sampler_args: the sampler's arguments (`temperature`, `top_k`,
                 `top_p`, `num_beams`, ...) and options
                 (`no_repeat_ngram_size`, `min_new_tokens`, ...).
@@ -114,7 +142,8 @@ class TextGenerator(Task):
         Returns:
             A string for a string prompt, a list of strings for a list; with
             `num_return_sequences > 1`, a list of that many strings per
-            prompt instead of each string.
+            prompt instead of each string; with `stream=True`, an iterator
+            of strings.
         """
         single, texts = inputs.check_texts("prompts", prompts)
         stops = inputs.check_stop(stop)
@@ -126,56 +155,107 @@ class TextGenerator(Task):
                 f"({limit}). Received: max_new_tokens={max_new_tokens!r}"
             )
         validation.check_positive_int("num_return_sequences", num_return_sequences)
+        n = num_return_sequences
         validation.check_bool("return_full_text", return_full_text)
         validation.check_bool("stream", stream)
-        if stream:
-            raise ValueError(
-                "`stream=True` is not implemented yet. Received: stream=True"
-            )
-        if num_return_sequences > 1 and sampler in ("greedy", "beam"):
-            raise ValueError(
-                f"`num_return_sequences` > 1 needs a sampler that draws; "
-                f"{sampler} decoding gives one text per prompt. Received: "
-                f"num_return_sequences={num_return_sequences!r} with sampler="
-                f"{sampler!r}"
-            )
+        validation.check_positive_int("stream_chunk_size", stream_chunk_size)
         if repetition_penalty is not None:
             sampler_args["repetition_penalty"] = repetition_penalty
+        speculative = {k: sampler_args.pop(k) for k in SPECULATIVE if k in sampler_args}
+        decoder = get_sampler(sampler, **sampler_args)
+        pieces = decoder.uses_shared_loop and not speculative
+        if stream and not pieces:
+            raise ValueError(
+                "`stream=True` decodes with the greedy, temperature, top_k or "
+                "top_p sampler, without speculative decoding. Received: "
+                f"stream=True with sampler={sampler!r}"
+                + (f" and {sorted(speculative)}" if speculative else "")
+            )
+        if stream and not single:
+            raise ValueError(
+                "`stream=True` streams one prompt, a string. Received: "
+                f"prompts={inputs.preview(texts)}"
+            )
+        beams = decoder.num_rows  # beam search: its beams
+        if n > 1 and decoder.is_greedy or n > beams > 1 or (n > 1 and stream):
+            raise ValueError(
+                f"`num_return_sequences` must be 1 with greedy decoding or "
+                f"streaming, and at most `num_beams` with beam search. Received: "
+                f"num_return_sequences={n!r} with sampler={sampler!r}"
+                + (f" (num_beams={beams})" if beams > 1 else "")
+                + (" and stream=True" if stream else "")
+            )
+        if beams > 1 and n > 1:  # beam search returns its n best beams itself
+            decoder = get_sampler(sampler, num_return_sequences=n, **sampler_args)
         rows = inputs.tokenize(self.tokenizer, texts, "prompts", limit - max_new_tokens)
-        rows = [row for row in rows for _ in range(num_return_sequences)]
-        tokens = inputs.pad(rows)  # (B, P)
-        out = generate(
+        if beams == 1:
+            rows = [row for row in rows for _ in range(n)]
+        prefixes = [t for t in texts for _ in range(n)] if return_full_text else None
+        if stream:
+            return self._stream(
+                rows, max_new_tokens, decoder, seed, stops, stream_chunk_size,
+                prefixes[0] if prefixes else "",
+            )  # fmt: skip
+        if pieces and stops:  # stop as soon as every text has a stop string
+            *_, (generated, _) = self._pieces(
+                rows, max_new_tokens, decoder, seed, stops, stream_chunk_size
+            )
+        else:
+            tokens = inputs.pad(rows)  # (B, P)
+            out = generate(
+                self.model,
+                tokens,
+                max_new_tokens,
+                decoder,
+                end_token_id=self.end_token_id,
+                seed=seed,
+                **speculative,
+            )  # (B * n, P + N)
+            rows = [row for row in rows for _ in range(len(out) // len(rows))]
+            new = text_stream.new_ids(out, rows, max_new_tokens, self._end_ids())
+            generated = text_stream.texts(self.tokenizer, new)
+            generated = [inputs.cut_at_stop(text, stops) for text in generated]
+        if prefixes:
+            generated = [p + g for p, g in zip(prefixes, generated, strict=True)]
+        if n > 1:
+            generated = [generated[i : i + n] for i in range(0, len(generated), n)]
+        return generated[0] if single else generated
+
+    def _end_ids(self):
+        """The end ids as a tuple (empty for none)."""
+        ids = self.end_token_id
+        return () if ids is None else (ids,) if isinstance(ids, int) else ids
+
+    def _pieces(self, rows, max_new_tokens, sampler, seed, stops, chunk_size):
+        """`text_stream.run` of a chunked decoding of `rows`: yields each
+        row's text so far and whether it is finished, after every chunk."""
+        decoding = ChunkedDecoding(
             self.model,
-            tokens,
+            inputs.pad(rows),
             max_new_tokens,
             sampler,
             end_token_id=self.end_token_id,
             seed=seed,
-            **sampler_args,
-        )  # (B, P + N)
-        new = [
-            out[i, len(row) : len(row) + max_new_tokens] for i, row in enumerate(rows)
-        ]
-        generated = [self._text(ids, stops) for ids in new]
-        if return_full_text:
-            repeated = [t for t in texts for _ in range(num_return_sequences)]
-            generated = [p + g for p, g in zip(repeated, generated, strict=True)]
-        if num_return_sequences > 1:
-            n = num_return_sequences
-            generated = [generated[i : i + n] for i in range(0, len(generated), n)]
-        return generated[0] if single else generated
+            chunk_size=chunk_size,
+        )
+        self._last_decoding = decoding  # for tests: the steps it ran
+        yield from text_stream.run(
+            decoding, self.tokenizer, rows, max_new_tokens, self._end_ids(), stops
+        )
 
-    def _text(self, ids, stops):
-        """The text of generated `ids` `(N,)`: up to the end token, then cut
-        before the first stop string."""
-        ids = np.asarray(ids)
-        if self.end_token_id is not None:
-            ends = np.flatnonzero(ids == self.end_token_id)
-            if ends.size:
-                ids = ids[: ends[0]]
-        ids = ids[ids != 0]
-        text = self.tokenizer.detokenize(tf.constant(ids[None], tf.int32))
-        return inputs.cut_at_stop(text.numpy()[0].decode("utf-8"), stops)
+    def _stream(self, rows, max_new_tokens, sampler, seed, stops, chunk_size, prefix):
+        """The iterator of `generate(stream=True)`: the new stable text of
+        the one row after each chunk (the prompt first, if `prefix`)."""
+        if prefix:
+            yield prefix
+        sent = ""
+        for found, finished in self._pieces(
+            rows, max_new_tokens, sampler, seed, stops, chunk_size
+        ):
+            text = text_stream.stable(found[0], stops, finished[0])
+            if len(text) > len(sent) and text.startswith(sent):
+                yield text[len(sent) :]
+                sent = text
 
     def score(self, texts, batch_size=32):
         """Log-likelihood and perplexity of each text under the model.
@@ -254,8 +334,9 @@ class TextGenerator(Task):
         if self.end_token is None:
             raise ValueError("Training on text needs an `end_token`. Received: None")
         length = sequence_length or self.model.max_sequence_length
+        separator = self.tokenizer.id_to_token(self._end_ids()[0])
         windows = causal_lm_dataset(
-            dataset, self.tokenizer, length, batch_size, end_token=self.end_token
+            dataset, self.tokenizer, length, batch_size, end_token=separator
         )
         return super().fit(windows, **kwargs)
 
@@ -265,9 +346,41 @@ class TextGenerator(Task):
         (`max_new_tokens`, `jit_compile`, `overwrite`, ...). Served, its
         `generated_text` for a prompt is `generate(prompt, n)` (greedy, or
         sampled at the request's temperature)."""
+        if len(self._end_ids()) > 1:
+            raise ValueError(
+                "The exported generator stops at one end token; this task has "
+                f"several. Received: end_token={self.end_token!r}"
+            )
         return export_text_generator(
             self.model, self.tokenizer, path, end_token=self.end_token, **options
         )
 
     def get_config(self):
         return {**super().get_config(), "end_token": self.end_token}
+
+
+def _check_end_token(tokenizer, end_token):
+    """`(end_token, end_token_id)` of the `end_token` argument: `(None,
+    None)`, one token and its id, or a list of tokens and a tuple of ids."""
+    several = isinstance(end_token, list | tuple)
+    items = list(end_token) if several else [end_token]
+    if end_token is None:
+        return None, None
+    size = tokenizer.vocabulary_size()
+    tokens = []
+    for item in items:
+        if validation.is_int(item) and 0 < item < size:
+            item = tokenizer.id_to_token(int(item))
+        if not isinstance(item, str) or item not in tokenizer.get_vocabulary():
+            item = None
+        tokens.append(item)
+    if not tokens or None in tokens:
+        raise ValueError(
+            "`end_token` must be a token of the tokenizer's vocabulary or its "
+            "id (0 is padding), a list of them, 'auto' or None. Received: "
+            f"end_token={end_token!r}"
+        )
+    ids = tuple(dict.fromkeys(tokenizer.token_to_id(t) for t in tokens))
+    if several:
+        return list(dict.fromkeys(tokens)), ids
+    return tokens[0], ids[0]

@@ -183,3 +183,44 @@ def test_inputs_and_models_of_the_wrong_kind(gpt, translator):
         kt.generation.generate(bert, PROMPTS, 2)
     with pytest.raises(ValueError, match="Received: model=None"):
         kt.generation.generate(None, PROMPTS, 2)
+
+
+def cut_at_ends(tokens, prompts, ends):
+    """`tokens` with zeros after each row's first new token in `ends`."""
+    out = tokens.copy()
+    for row, prompt in zip(out, prompts, strict=True):
+        start = np.sum(prompt != 0)
+        found = np.flatnonzero(np.isin(row[start:], ends))
+        if found.size:
+            row[start + found[0] + 1 :] = 0
+    return out
+
+
+@pytest.mark.parametrize(
+    "settings", [{}, {"sampler": "top_k", "top_k": 8, "temperature": 3.0, "seed": 4}]
+)
+def test_several_end_tokens_end_each_row_at_the_first_it_makes(gpt, settings):
+    free = kt.generation.generate(gpt, PROMPTS, 10, **settings)
+    ends = [int(free[0, 6]), int(free[2, 3])]
+    expected = cut_at_ends(free, PROMPTS, ends)
+    assert (expected != free).sum() > 3  # both ends cut something
+    for end_token_id in [ends, tuple(ends[::-1]), np.array(ends)]:
+        out = kt.generation.generate(
+            gpt, PROMPTS, 10, end_token_id=end_token_id, **settings
+        )
+        np.testing.assert_array_equal(out, expected)
+    one = kt.generation.generate(gpt, PROMPTS, 10, end_token_id=[ends[0]], **settings)
+    by_int = kt.generation.generate(gpt, PROMPTS, 10, end_token_id=ends[0], **settings)
+    np.testing.assert_array_equal(one, by_int)
+
+
+def test_several_end_tokens_bad_values(gpt):
+    for bad in [[], [5, 0], [5, 40], "5", [5, 2.0]]:
+        with pytest.raises(ValueError, match="end_token_id"):
+            kt.generation.generate(gpt, PROMPTS, 2, end_token_id=bad)
+    with pytest.raises(ValueError, match="end_token_id.*BeamSampler"):
+        kt.generation.generate(gpt, PROMPTS, 2, sampler="beam", end_token_id=[5, 6])
+    with pytest.raises(ValueError, match="end_token_id"):
+        kt.generation.generate(
+            gpt, PROMPTS, 2, end_token_id=[5, 6], prompt_lookup_num_tokens=2
+        )

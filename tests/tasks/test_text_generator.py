@@ -7,6 +7,7 @@ import os
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras_transformer as kt
 from tests.helpers import run_export_test, spread_weights
@@ -181,7 +182,21 @@ def test_fit_on_text_is_fit_on_the_hand_made_windows():
         ({"prompts": "ok", "stop": ""}, "stop"),
         ({"prompts": "ok", "max_new_tokens": 32}, "max_new_tokens"),
         ({"prompts": "ok", "num_return_sequences": 2}, "num_return_sequences"),
-        ({"prompts": "ok", "stream": True}, "stream"),
+        ({"prompts": "ok", "num_return_sequences": 0}, "num_return_sequences"),
+        ({"prompts": "ok", "stream": True, "sampler": "beam"}, "stream"),
+        ({"prompts": ["ok", "no"], "stream": True}, "prompts"),
+        ({"prompts": "ok", "stream": 1}, "stream"),
+        ({"prompts": "ok", "stream_chunk_size": 0}, "stream_chunk_size"),
+        (
+            {
+                "prompts": "ok",
+                "sampler": "beam",
+                "num_beams": 2,
+                "num_return_sequences": 3,
+            },
+            "num_return_sequences",
+        ),
+        ({"prompts": "ok", "stream": True, "num_return_sequences": 2}, "num_"),
         ({"prompts": "ok", "repetition_penalty": 0}, "repetition_penalty"),
     ],
 )
@@ -195,3 +210,130 @@ def test_bad_scores_and_folders(generator):
         generator.score(["F"])  # one token: nothing is predicted
     with pytest.raises(ValueError, match="BertModel"):
         kt.tasks.TextGenerator.from_pretrained(os.path.join(HF, "bert_tiny"))
+
+
+class ScriptedLM(kt.models.CausalLM):
+    """A causal LM that says `script[i]` at position `i`, whatever it reads:
+    known text, token by token, for the streaming and stop-string tests."""
+
+    def __init__(self, script, vocabulary_size, max_sequence_length=64):
+        token_ids = keras.Input((None,), dtype="int32")
+        super().__init__(token_ids, keras.ops.one_hot(token_ids, vocabulary_size))
+        self.script = [int(i) for i in script] + [script[-1]] * max_sequence_length
+        self.vocabulary_size = vocabulary_size
+        self.max_sequence_length = max_sequence_length
+
+    def start_decoding(self, tokens, source, use_cache):
+        return tf.zeros(tf.shape(tokens)[:1])
+
+    def next_logits(self, tokens, state, index, use_cache):
+        said = tf.gather(tf.constant(self.script, tf.int32), index)
+        logits = tf.one_hot(tf.fill(tf.shape(tokens)[:1], said), self.vocabulary_size)
+        return 10.0 * logits, state
+
+
+def scripted(generator, text, prompt="W", **options):
+    """A TextGenerator whose model continues `prompt` with `text`."""
+    tokenizer = generator.tokenizer
+    ids = tokenizer.tokenize([prompt + text]).to_list()[0]
+    model = ScriptedLM(ids, tokenizer.vocabulary_size())
+    return kt.tasks.TextGenerator(model, tokenizer, **options), ids
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"sampler": "top_k", "top_k": 20, "temperature": 2.0, "seed": 5},
+        {"sampler": "temperature", "seed": 11, "repetition_penalty": 1.3},
+    ],
+)
+def test_stream_pieces_join_to_the_generated_text(generator, settings):
+    expected = generator.generate(PROMPTS[0], max_new_tokens=NEW, **settings)
+    pieces = list(
+        generator.generate(
+            PROMPTS[0], max_new_tokens=NEW, stream=True, stream_chunk_size=3, **settings
+        )
+    )
+    assert len(pieces) > 1 and all(pieces)
+    assert "".join(pieces) == expected
+    full = generator.generate(
+        PROMPTS[0], max_new_tokens=NEW, stream=True, return_full_text=True, **settings
+    )
+    assert "".join(full) == PROMPTS[0] + expected
+
+
+def test_a_piece_never_splits_a_character(generator):
+    """é is two byte tokens, 猫 three: each piece is whole characters."""
+    text = "café 猫! more"
+    task, ids = scripted(generator, text)
+    assert len(ids) - 1 > len(text) - 1  # some characters span tokens
+    new = len(ids) - 1
+    pieces = list(
+        task.generate("W", max_new_tokens=new, stream=True, stream_chunk_size=1)
+    )
+    assert "".join(pieces) == text == task.generate("W", max_new_tokens=new)
+    assert not any("\ufffd" in piece for piece in pieces)
+    assert "猫" in pieces and "é" in pieces  # each once its last byte is out
+    # With a stop string, nothing of it (nor a prefix of it) is streamed.
+    pieces = list(
+        task.generate(
+            "W", max_new_tokens=new, stream=True, stream_chunk_size=1, stop="! m"
+        )
+    )
+    assert "".join(pieces) == "café 猫"
+    assert "!" not in "".join(pieces)
+
+
+def test_stop_strings_end_generation_early(generator):
+    text = " the end. More and more text that never ends here"
+    task, ids = scripted(generator, text)
+    limit = len(ids) - 1
+    assert task.generate("W", max_new_tokens=limit) == text
+    # " the end" ends inside the token "en" ("Ġ", "en", "d"); ". M" spans
+    # "." | "Ġ" | "M".
+    for stop, expected in [("e e", " th"), (". M", " the end"), ("nd", " the e")]:
+        cut = task.generate("W", max_new_tokens=limit, stop=stop, stream_chunk_size=2)
+        assert cut == expected
+        assert task._last_decoding.steps < limit // 2
+    # A batch runs until every text has a stop string (or its tokens).
+    texts = task.generate(["W", "W"], max_new_tokens=limit, stop=["zzz", ". M"])
+    assert texts == [" the end", " the end"]
+    assert task._last_decoding.steps <= 16
+
+
+def test_several_end_tokens(generator, tmp_path):
+    text = " the end. More"
+    ids = generator.tokenizer.tokenize(["W" + text]).to_list()[0]
+    dot, m = ids[6], ids[8]  # "W", "Ġ", "the", "Ġ", "en", "d", ".", "Ġ", "M"
+    assert generator.tokenizer.id_to_token(dot) == "."
+    for end_token, expected in [
+        ([".", m], " the end"),
+        ([m, "<|endoftext|>", "d"], " the en"),
+        (dot, " the end"),
+        ("Ġ", ""),
+        (["zzz-not-a-token"], None),
+        ([dot, 0], None),
+        ([], None),
+    ]:
+        if expected is None:
+            with pytest.raises(ValueError, match="end_token"):
+                scripted(generator, text, end_token=end_token)
+            continue
+        task, _ = scripted(generator, text, end_token=end_token)
+        assert task.generate("W", max_new_tokens=len(ids) - 1) == expected
+        streamed = task.generate("W", max_new_tokens=len(ids) - 1, stream=True)
+        assert "".join(streamed) == expected
+    task, _ = scripted(generator, text, end_token=[".", m])
+    assert task.end_token == [".", "M"] and task.end_token_id == (dot, m)
+    several = kt.tasks.TextGenerator(
+        generator.model, generator.tokenizer, end_token=[dot, "<|endoftext|>"]
+    )
+    path = several.save(tmp_path / "several.keras")
+    loaded = kt.tasks.load(path)
+    assert loaded.end_token_id == several.end_token_id
+    assert loaded.generate(PROMPTS, max_new_tokens=NEW) == several.generate(
+        PROMPTS, max_new_tokens=NEW
+    )
+    with pytest.raises(ValueError, match="end_token"):
+        several.export(tmp_path / "served")

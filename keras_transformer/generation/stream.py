@@ -1,0 +1,167 @@
+"""Decoding in pieces: `ChunkedDecoding` runs `generate`'s compiled KV-cache
+loop `chunk_size` positions at a time, carrying the cache, the token buffer,
+the position and each row's done flag from one piece to the next, so the
+prefix is never recomputed. Between pieces its caller reads the tokens so
+far (to stream text) and may end rows (at a stop string): generation ends
+once every row has.
+
+Each position draws with its own seed (`kt.generation.Sampler.run`), so the
+tokens are `generate`'s, position for position.
+
+Shape legend: B batch, L buffer length.
+"""
+
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer import _validation as validation
+from keras_transformer.generation.decode import check_generative, check_request
+from keras_transformer.generation.registry import get_sampler
+
+CHUNK_SIZE = 16  # positions per piece: few enough calls to keep the speed
+
+_COMPILED = weakref.WeakKeyDictionary()
+
+
+class ChunkedDecoding:
+    """`kt.generation.generate`'s decoding of one request, in pieces.
+
+    Iterating runs one piece (`chunk_size` positions) per step and yields
+    the token buffer so far; `finish(rows)` ends rows early (their later
+    positions are 0, as after an end token). Without `finish`, the last
+    tokens are exactly `generate`'s with the same arguments.
+
+    Args:
+        model: a `kt.models.CausalLM` or `kt.models.Seq2SeqLM`.
+        inputs: as `generate`'s.
+        max_new_tokens: as `generate`'s.
+        sampler: a sampler name or instance whose loop runs in pieces
+            (greedy, temperature, top_k, top_p; not beam search).
+        end_token_id: None, an id, or a list of ids.
+        seed: int seed of the samplers that draw.
+        chunk_size: positions per piece (>= 1).
+        **sampler_args: the sampler's arguments and options.
+
+    Example:
+
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> from keras_transformer.generation.stream import ChunkedDecoding
+    >>> model = kt.models.gpt2(20, num_layers=1, num_heads=2, hidden_dim=8,
+    ...                        intermediate_dim=16, max_sequence_length=32)
+    >>> decoding = ChunkedDecoding(model, np.array([[5, 6]]), 6, chunk_size=4)
+    >>> pieces = [tokens.shape for tokens in decoding]
+    >>> pieces, decoding.steps
+    ([(1, 8), (1, 8)], 6)
+    """
+
+    def __init__(
+        self,
+        model,
+        inputs,
+        max_new_tokens,
+        sampler="greedy",
+        end_token_id=None,
+        seed=None,
+        chunk_size=CHUNK_SIZE,
+        **sampler_args,
+    ):
+        check_generative(model, "model")
+        sampler = get_sampler(sampler, **sampler_args)
+        if not sampler.uses_shared_loop:
+            raise ValueError(
+                "Decoding in pieces takes a sampler of the one-token loop "
+                "(greedy, temperature, top_k, top_p), not "
+                f"{type(sampler).__name__}. Received: sampler={sampler!r}"
+            )
+        validation.check_positive_int("chunk_size", chunk_size)
+        self.request = check_request(
+            model, inputs, max_new_tokens, sampler, end_token_id, seed
+        )
+        self.chunk_size = chunk_size
+        self.steps = 0  # positions run so far (all rows at once)
+        self._begin, self._chunk = compiled_chunk_fns(model, sampler)
+        if self.request is None:  # nothing to generate
+            self.tokens = model.generation_inputs(inputs)[0]
+            self.index = self.stop = self.tokens.shape[1]
+        else:
+            self.stop = int(self.request["stop"])
+            self.tokens = self.request["tokens"][:, : self.stop]
+            self.index = int(self.request["start"])  # positions below are filled
+        self._done = np.zeros(len(self.tokens), bool)
+
+    @property
+    def finished(self):
+        """Bool `(B,)`: the rows that will get no more tokens."""
+        return self._done | (self.index >= self.stop)
+
+    def finish(self, rows):
+        """Ends `rows` (a bool mask `(B,)` or row indices) before the next
+        piece."""
+        self._done[np.asarray(rows)] = True
+
+    def __iter__(self):
+        if self.request is None:
+            return
+        request = {k: tf.constant(v) for k, v in self.request.items()}
+        tokens = request["tokens"]
+        state = self._begin(tokens, request["source"])
+        index = request["start"]
+        while self.index < self.stop and not self._done.all():
+            tokens, state, index, done = self._chunk(
+                tokens,
+                state,
+                index,
+                tf.constant(self._done),
+                tf.constant(self.index + self.chunk_size, tf.int32),
+                request["stop"],
+                request["prompt_mask"],
+                request["end_token_id"],
+                request["seed"],
+            )
+            self.steps += int(index) - self.index
+            self.index = int(index)
+            self._done |= done.numpy()
+            self.tokens = tokens.numpy()[:, : self.stop]
+            yield self.tokens
+
+
+def compiled_chunk_fns(model, sampler):
+    """`(begin, chunk)`, XLA-compiled and kept per model and sampler:
+    `begin(tokens, source) -> state` reads the prompts into the KV cache;
+    `chunk(tokens, state, index, done, until, stop, prompt_mask,
+    end_token_id, seed) -> (tokens, state, index, done)` runs the sampler's
+    loop from `index` to `until` (see `kt.generation.Sampler.run`)."""
+    functions = _COMPILED.setdefault(model, {})
+    key = sampler.config()
+    if key not in functions:
+        functions[key] = tuple(
+            tf.function(f, jit_compile=True, reduce_retracing=False)
+            for f in chunk_functions(model, sampler)
+        )
+    return functions[key]
+
+
+def chunk_functions(model, sampler):
+    """The graph code of `compiled_chunk_fns`."""
+
+    def begin(tokens, source):
+        return model.start_decoding(tokens, source, True)
+
+    def chunk(tokens, state, index, done, until, stop, prompt_mask, ends, seed):
+        varying, fixed = model.split_decoding_state(state)
+
+        def next_fn(tokens, varying, index):
+            logits, state = model.next_logits(
+                tokens, model.join_decoding_state(varying, fixed), index, True
+            )
+            return logits, model.split_decoding_state(state)[0]
+
+        tokens, varying, index, done = sampler.run(
+            next_fn, tokens, varying, index, stop, prompt_mask, ends, seed, done, until
+        )
+        return tokens, model.join_decoding_state(varying, fixed), index, done
+
+    return begin, chunk

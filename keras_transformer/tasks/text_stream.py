@@ -1,0 +1,66 @@
+"""What `TextGenerator.generate` does between the pieces of a chunked
+decoding (`kt.generation.stream.ChunkedDecoding`): each row's text so far,
+ending rows early (their own `max_new_tokens`, a stop string), and the
+stable part of a streamed text.
+
+A streamed piece never splits a UTF-8 character or a byte-level BPE
+sequence: the whole text is decoded again after each piece of ids, and a
+trailing U+FFFD (an incomplete character) is held back, as is an ending
+that may still grow into a stop string.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.tasks import inputs
+
+REPLACEMENT = "\ufffd"
+
+
+def new_ids(tokens, rows, max_new_tokens, end_token_ids):
+    """Each row's generated ids so far, `(n,)` int arrays: after its prompt,
+    at most `max_new_tokens`, up to its first end token, without padding."""
+    ends = np.asarray(end_token_ids if end_token_ids is not None else [], "int32")
+    found = []
+    for i, row in enumerate(rows):
+        ids = tokens[i, len(row) : len(row) + max_new_tokens]
+        stopped = np.flatnonzero(np.isin(ids, ends))
+        if stopped.size:
+            ids = ids[: stopped[0]]
+        found.append(ids[ids != 0])
+    return found
+
+
+def texts(tokenizer, ids):
+    """The text of each array of `ids`, decoded in one call."""
+    ragged = tf.ragged.constant([i.tolist() for i in ids], dtype=tf.int32)
+    return [t.decode("utf-8") for t in tokenizer.detokenize(ragged).numpy()]
+
+
+def run(decoding, tokenizer, rows, max_new_tokens, end_token_ids, stops):
+    """Runs `decoding` to its end, ending each row once it has its
+    `max_new_tokens` or its text holds a stop string; yields after each
+    piece `(texts, finished)`: each row's text so far (cut before a stop
+    string) and whether the row is finished."""
+    for tokens in decoding:
+        ids = new_ids(tokens, rows, max_new_tokens, end_token_ids)
+        found = texts(tokenizer, ids)
+        cut = [inputs.cut_at_stop(text, stops) for text in found]
+        full = np.array([decoding.index >= len(row) + max_new_tokens for row in rows])
+        stopped = np.array([c != t for c, t in zip(cut, found, strict=True)])
+        decoding.finish(full | stopped)
+        yield cut, decoding.finished
+
+
+def stable(text, stops, finished):
+    """The part of a row's `text` so far that later ids cannot change: all
+    of it once the row is `finished`; else without a trailing U+FFFD and
+    without an ending that begins a stop string."""
+    if finished:
+        return text
+    text = text.rstrip(REPLACEMENT)
+    held = max(
+        (n for s in stops for n in range(1, len(s)) if text.endswith(s[:n])),
+        default=0,
+    )
+    return text[: len(text) - held]
