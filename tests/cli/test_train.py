@@ -45,7 +45,7 @@ def weights(folder):
 
 
 def printed_list(result, key, items):
-    """Whether `train` printed `items` as the list `key` (commands.py's
+    """Whether `train` printed `items` as the list `key` (report.py's
     layout: one indented item a line, `---` between multi-line items)."""
     multiline = any("\n" in item for item in items)
     block = ("  ---\n" if multiline else "").join(
@@ -55,7 +55,7 @@ def printed_list(result, key, items):
 
 
 def scheduled_learning_rate(step, peak, steps):
-    """The CLI's schedule (recipes.Run._optimizer), written out: linear
+    """The CLI's schedule (run.Run.optimizer), written out: linear
     warm-up over min(100, steps // 10) steps, then cosine decay to peak / 10."""
     warmup, final = min(100, steps // 10), peak / 10
     if step < warmup:

@@ -46,8 +46,11 @@ def make_model(source, target):
         dropout=0,
         target_vocabulary_size=target.vocabulary_size(),
         # Tied, so spread random weights give varied translations (a random
-        # untied output layer makes one token win everywhere).
+        # untied output layer makes one token win everywhere); the paper's
+        # embedding, whose spread weights give translations without near-ties.
         tie_embeddings=True,
+        position="sinusoidal",
+        scale_embeddings=True,
     )
     return spread_weights(model, scale=0.5, layer_norms=False)
 
