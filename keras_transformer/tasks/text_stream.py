@@ -9,6 +9,8 @@ trailing U+FFFD (an incomplete character) is held back, as is an ending
 that may still grow into a stop string.
 """
 
+import weakref
+
 import numpy as np
 import tensorflow as tf
 
@@ -31,10 +33,22 @@ def new_ids(tokens, rows, max_new_tokens, end_token_ids):
     return found
 
 
+# A compiled detokenize per tokenizer: run eagerly, the ragged ops cost about
+# 20 ms a piece, several times the piece's decoding (benchmarks/tasks.py).
+_DETOKENIZE = weakref.WeakKeyDictionary()
+
+
 def texts(tokenizer, ids):
     """The text of each array of `ids`, decoded in one call."""
-    ragged = tf.ragged.constant([i.tolist() for i in ids], dtype=tf.int32)
-    return [t.decode("utf-8") for t in tokenizer.detokenize(ragged).numpy()]
+    detokenize = _DETOKENIZE.get(tokenizer)
+    if detokenize is None:
+        spec = tf.RaggedTensorSpec([None, None], tf.int32, row_splits_dtype=tf.int64)
+        detokenize = tf.function(tokenizer.detokenize, input_signature=[spec])
+        _DETOKENIZE[tokenizer] = detokenize
+    values = np.concatenate([np.asarray(i, "int32") for i in ids] + [[]])
+    lengths = np.array([len(i) for i in ids], "int64")
+    ragged = tf.RaggedTensor.from_row_lengths(values.astype("int32"), lengths)
+    return [t.decode("utf-8") for t in detokenize(ragged).numpy()]
 
 
 def run(decoding, tokenizer, rows, max_new_tokens, end_token_ids, stops):
