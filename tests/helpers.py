@@ -182,6 +182,18 @@ def spread_weights(model, scale=0.3, seed=0, layer_norms=True):
     return model
 
 
+def spread_gpt2():
+    """The generation tests' GPT: 2 layers, 16 wide, vocabulary 40, context
+    48, spread random weights (no near-ties between tokens)."""
+    import keras_transformer as kt
+
+    keras.utils.set_random_seed(0)
+    return spread_weights(
+        kt.models.gpt2(40, num_layers=2, num_heads=2, hidden_dim=16,
+                       intermediate_dim=32, max_sequence_length=48, dropout=0.0)
+    )  # fmt: skip
+
+
 # ---- more numpy references --------------------------------------------------
 
 

@@ -3,23 +3,12 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from tests.helpers import spread_weights
+from tests.helpers import spread_gpt2, spread_weights
 
 
 @pytest.fixture(scope="module")
 def gpt():
-    keras.utils.set_random_seed(0)
-    return spread_weights(
-        kt.models.gpt2(
-            40,
-            num_layers=2,
-            num_heads=2,
-            hidden_dim=16,
-            intermediate_dim=32,
-            max_sequence_length=48,
-            dropout=0.0,
-        )
-    )
+    return spread_gpt2()
 
 
 @pytest.fixture(scope="module")

@@ -1,31 +1,19 @@
 """ChunkedDecoding: generate's decoding in pieces, the KV cache carried
 from one piece to the next."""
 
-import keras
 import numpy as np
 import pytest
 
 import keras_transformer as kt
 from keras_transformer.generation.stream import ChunkedDecoding
-from tests.helpers import spread_weights
+from tests.helpers import spread_gpt2
 
 PROMPTS = np.array([[5, 6, 7, 0, 0], [8, 9, 10, 11, 12], [13, 0, 0, 0, 0]])
 
 
 @pytest.fixture(scope="module")
 def gpt():
-    keras.utils.set_random_seed(0)
-    return spread_weights(
-        kt.models.gpt2(
-            40,
-            num_layers=2,
-            num_heads=2,
-            hidden_dim=16,
-            intermediate_dim=32,
-            max_sequence_length=48,
-            dropout=0.0,
-        )
-    )
+    return spread_gpt2()
 
 
 @pytest.mark.parametrize(
