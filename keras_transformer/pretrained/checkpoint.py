@@ -70,8 +70,11 @@ def _shards(path):
     return names
 
 
-def read_weights(path):
-    """All tensors of the folder as a dict of numpy arrays (float32)."""
+def read_weights(path, dtype="float32"):
+    """All tensors of the folder as a dict of numpy arrays, cast to `dtype`
+    (`"float32"`, `"float16"` or `"bfloat16"`; None keeps each tensor's
+    stored type). Files holding bfloat16 tensors are mapped, not read: a
+    bfloat16 tensor kept as bfloat16 is never copied here."""
     from safetensors.numpy import load_file
 
     if os.path.isfile(os.path.join(path, INDEX)):
@@ -97,12 +100,86 @@ def read_weights(path):
                 f"The checkpoint's {INDEX} names a shard that is missing: {file!r}"
             )
         try:
-            weights.update(load_file(file))
+            size, header = _header(file)
+            if any(entry.get("dtype") == "BF16" for entry in header.values()):
+                weights.update(_map_tensors(file, size, header))
+            else:
+                weights.update(load_file(file))
         except Exception as error:  # safetensors raises its own error types
             raise ValueError(
                 f"Cannot read {file!r} as safetensors (broken or truncated?): {error}"
             ) from None
-    return {k: v.astype("float32", copy=False) for k, v in weights.items()}
+    if dtype is None:
+        return weights
+    dtype = numpy_dtype(dtype)
+    return {k: v.astype(dtype, copy=False) for k, v in weights.items()}
+
+
+def numpy_dtype(name):
+    """The numpy dtype of a Keras dtype name; bfloat16 is ml_dtypes' (a
+    Keras dependency), which TensorFlow and JAX take."""
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+# safetensors' dtype names of the tensors `_map_tensors` reads and
+# `_write_tensors` writes.
+DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def _header(file):
+    """`(size, entries)` of a safetensors file's header: an 8-byte
+    little-endian size, then a JSON object of tensor entries."""
+    with open(file, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        if size > os.path.getsize(file) - 8:
+            raise ValueError(f"a header of {size} bytes in a shorter file")
+        header = json.loads(f.read(size))
+    header.pop("__metadata__", None)
+    return size, header
+
+
+def _map_tensors(file, size, header):
+    """The tensors of a safetensors file, as views of its memory map (the
+    safetensors package's numpy API has no bfloat16)."""
+    data = np.memmap(file, dtype=np.uint8, mode="r", offset=8 + size)
+    tensors = {}
+    for name, entry in header.items():
+        if entry.get("dtype") not in DTYPES:
+            raise ValueError(f"tensor {name!r} has dtype {entry.get('dtype')!r}")
+        start, end = entry["data_offsets"]
+        dtype = numpy_dtype(DTYPES[entry["dtype"]])
+        count = int(np.prod(entry["shape"]))
+        if end > data.size or end - start != dtype.itemsize * count:
+            raise ValueError(f"tensor {name!r} does not fit its bytes")
+        tensors[name] = data[start:end].view(dtype).reshape(entry["shape"])
+    return tensors
+
+
+def _write_tensors(weights, file, metadata):
+    """Writes a safetensors file holding bfloat16 tensors (which the
+    safetensors package's numpy API cannot write)."""
+    names = {numpy_dtype(v): k for k, v in DTYPES.items()}
+    # safetensors' order: wider types first, then by name.
+    weights = dict(sorted(weights.items(), key=lambda i: (-i[1].itemsize, i[0])))
+    header, offset = {"__metadata__": metadata}, 0
+    for name, value in weights.items():
+        size = value.nbytes
+        header[name] = {
+            "dtype": names[value.dtype],
+            "shape": list(value.shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    with open(file, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        for value in weights.values():
+            f.write(np.ascontiguousarray(value).tobytes())
 
 
 def write_folder(path, config, weights, generation=None):
@@ -119,11 +196,11 @@ def write_folder(path, config, weights, generation=None):
             os.path.join(path, "generation_config.json"), "w", encoding="utf-8"
         ) as f:
             json.dump(generation, f, indent=2, sort_keys=True)
-    save_file(
-        {k: v for k, v in weights.items()},
-        os.path.join(path, WEIGHTS),
-        metadata={"format": "pt"},
-    )
+    file = os.path.join(path, WEIGHTS)
+    if any(v.dtype == numpy_dtype("bfloat16") for v in weights.values()):
+        _write_tensors(weights, file, {"format": "pt"})
+    else:
+        save_file(dict(weights), file, metadata={"format": "pt"})
     return path
 
 
