@@ -1,7 +1,8 @@
 """Reusable Transformer layers (keras.ops only, backend-portable).
 
 `attention.py` and `masking.py` (attention and its boolean masks),
-`position.py` (token + position embeddings), `block.py` with `encoder.py`
+`position.py` (token + position embeddings), `rotary.py` (rotary
+position embeddings), `block.py` with `encoder.py`
 and `decoder.py` (the blocks), `patch.py` (image patches), `heads.py` (what
 sits on the logits: `LogitsBias`, `exclude_padding_logit`), `activations.py`.
 """
@@ -17,6 +18,7 @@ from keras_transformer.layers.heads import LogitsBias, exclude_padding_logit
 from keras_transformer.layers.masking import causal_mask
 from keras_transformer.layers.patch import PatchEmbedding
 from keras_transformer.layers.position import PositionalEmbedding, sinusoidal_encoding
+from keras_transformer.layers.rotary import RotaryEmbedding, rotary_inverse_frequencies
 
 __all__ = [
     "DecoderBlock",
@@ -24,11 +26,13 @@ __all__ = [
     "MultiHeadAttention",
     "PatchEmbedding",
     "PositionalEmbedding",
+    "RotaryEmbedding",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",
     "causal_mask",
     "exclude_padding_logit",
     "gelu_approximate",
+    "rotary_inverse_frequencies",
     "scaled_dot_product_attention",
     "sinusoidal_encoding",
 ]
