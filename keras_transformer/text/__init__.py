@@ -14,6 +14,7 @@ from keras_transformer.text.files import (
     read_tsv,
 )
 from keras_transformer.text.hf_tokenizers import tokenizer_from_pretrained
+from keras_transformer.text.llama_tokenizer import LlamaTokenizer
 from keras_transformer.text.masking import MaskedLMMaskGenerator
 from keras_transformer.text.packing import (
     causal_lm_windows,
@@ -38,6 +39,7 @@ __all__ = [
     "RESERVED_TOKENS",
     "BytePairTokenizer",
     "CharTokenizer",
+    "LlamaTokenizer",
     "MaskedLMMaskGenerator",
     "SentencePieceTokenizer",
     "Tokenizer",

@@ -18,30 +18,11 @@ import os
 import keras
 import tensorflow as tf
 
-from keras_transformer.text import checks
-from keras_transformer.text._lazy import tf_text
+from keras_transformer.text import checks, pretokenizers
+from keras_transformer.text.chat import ChatTemplateMixin, check_chat_template
+from keras_transformer.text.pretokenizers import pretokenize, previous
 from keras_transformer.text.tokenizer import Tokenizer
 
-# Unicode's White_Space characters: what `\s` matches in the regex engine of
-# the reference tokenizers (RE2's `\s` is ASCII only).
-_SPACE = (
-    r"\t\n\x0b\x0c\r\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}"
-    r"\x{2029}\x{202f}\x{205f}\x{3000}"
-)
-_SPACES = rf"[{_SPACE}]+"
-# GPT-2's pattern without its whitespace alternatives `\s+(?!\S)|\s+`: RE2 has
-# no look-ahead, so runs of whitespace are split off first (see `pretokenize`).
-_WORD = (
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+"
-    rf"| ?[^{_SPACE}\p{{L}}\p{{N}}]+"
-)
-# The same pattern for ASCII text, which RE2 runs about twice as fast: on
-# ASCII, `\p{L}` is `[A-Za-z]`, `\p{N}` is `[0-9]` and White_Space is
-# `[\t\n\v\f\r ]`.
-_ASCII_WORD = (
-    r"'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+"
-    r"| ?[^\t\n\x0b\x0c\r A-Za-z0-9]+"
-)
 _NO_RANK = 2**63 - 1
 
 
@@ -134,7 +115,7 @@ def _all_strings(values):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class BytePairTokenizer(Tokenizer):
+class BytePairTokenizer(ChatTemplateMixin, Tokenizer):
     """GPT-2's byte-level BPE (`vocab.json` + `merges.txt`) as a Keras layer.
 
     Gives the ids of Hugging Face's `GPT2Tokenizer` plus one (id 0 is
@@ -154,7 +135,22 @@ class BytePairTokenizer(Tokenizer):
             of a `merges.txt`.
         sequence_length: if set, outputs are padded with 0 or truncated to
             this length; otherwise batches give ragged ids.
-        **kwargs: base `keras.layers.Layer` arguments.
+        split_pattern: how text is cut into words: None for GPT-2's
+            pattern, or `"qwen2"` / `"llama3"` for the regexes of those
+            `tokenizer.json` files (`kt.text.pretokenizers.PATTERNS`).
+        normalization: None, or a Unicode form (`"NFC"`, as Qwen2's
+            normalizer) applied to text before it is cut into words.
+        added_tokens: tokens of the vocabulary matched as whole tokens
+            before anything else, as Hugging Face matches a folder's added
+            tokens (`"<|im_end|>"` in the text gives that token's id).
+            None (the default): they are split like any text.
+        ignore_merges: a word that is a token of the vocabulary is that
+            token, without merging (Llama-3's `ignore_merges`).
+        chat_template: the Jinja template of `apply_chat_template`, or None.
+        special_tokens_map: the special tokens the template sees by name
+            (`{"eos_token": "<|im_end|>"}`).
+        **kwargs: `bos_token`, `eos_token`, `special_tokens` (see
+            `kt.text.Tokenizer`) and base `keras.layers.Layer` arguments.
 
     Call arguments:
         inputs: a string or a rank-1 batch of strings.
@@ -182,8 +178,37 @@ class BytePairTokenizer(Tokenizer):
         Unsupervised Multitask Learners", 2019.
     """
 
-    def __init__(self, vocabulary, merges, sequence_length=None, **kwargs):
+    def __init__(
+        self,
+        vocabulary,
+        merges,
+        sequence_length=None,
+        split_pattern=None,
+        normalization=None,
+        added_tokens=None,
+        ignore_merges=False,
+        chat_template=None,
+        special_tokens_map=None,
+        **kwargs,
+    ):
         super().__init__(sequence_length=sequence_length, **kwargs)
+        if split_pattern is not None and split_pattern not in pretokenizers.PATTERNS:
+            raise ValueError(
+                "`split_pattern` must be None (GPT-2's) or one of "
+                f"{sorted(pretokenizers.PATTERNS)}. Received: "
+                f"split_pattern={split_pattern!r}"
+            )
+        if normalization is not None and normalization not in pretokenizers.NORMALIZERS:
+            raise ValueError(
+                f"`normalization` must be None or one of {pretokenizers.NORMALIZERS}. "
+                f"Received: normalization={normalization!r}"
+            )
+        self.split_pattern = split_pattern
+        self.normalization = normalization
+        self.ignore_merges = bool(ignore_merges)
+        self.chat_template, self.special_tokens_map = check_chat_template(
+            chat_template, special_tokens_map
+        )
         vocabulary = read_vocabulary(vocabulary)
         pairs = read_merges(merges)
         tokens = sorted(vocabulary, key=vocabulary.get)
@@ -229,11 +254,56 @@ class BytePairTokenizer(Tokenizer):
         )
         self._byte_ids = tf.constant(byte_ids, tf.int64)
         self._token_bytes = tf.constant(token_bytes, tf.string)
+        self.added_tokens = list(added_tokens or [])
+        for token in self.added_tokens:
+            if token not in self._token_to_id:
+                raise ValueError(
+                    "`added_tokens` must be tokens of the vocabulary. "
+                    f"Received: added_tokens={checks.preview(self.added_tokens)}"
+                )
+        # A word's bytes -> its token: added tokens, and with ignore_merges
+        # every token (a word is never an added token's text).
+        whole = self.added_tokens + (tokens if self.ignore_merges else [])
+        self._whole = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant([token_bytes[self._token_to_id[t]] for t in whole] or [""]),
+                tf.constant([self._token_to_id[t] for t in whole] or [-1], tf.int64),
+            ),
+            default_value=-1,
+        )
 
     def _tokenize(self, strings):
-        words = pretokenize(strings)  # (B, None) strings
+        if not self.added_tokens:
+            return self._tokenize_text(strings)
+        pieces, added = pretokenizers.split_added(strings, self.added_tokens)
+        text = tf.where(added, "", pieces.flat_values)
+        ids = self._tokenize_text(text)  # (N, None); none for added pieces
+        found = self._whole.lookup(tf.where(added, pieces.flat_values, ""))
+        single = tf.RaggedTensor.from_value_rowids(
+            tf.cast(found[added], tf.int32),
+            tf.where(added)[:, 0],
+            nrows=tf.size(added, tf.int64),
+        )
+        ids = tf.concat([single, ids], axis=1)
+        return pieces.with_flat_values(ids).merge_dims(1, 2)
+
+    def _tokenize_text(self, strings):
+        strings = pretokenizers.normalize(strings, self.normalization)
+        if self.split_pattern is None:
+            words = pretokenize(strings)  # (B, None) strings
+        else:
+            words = pretokenizers.split_words(strings, self.split_pattern)
         unique, index = tf.unique(words.flat_values)
         ids = self._merge(unique)  # (W, None)
+        if self.ignore_merges:
+            found = self._whole.lookup(unique)  # (W,), -1 where not a token
+            whole = found >= 0
+            keep = tf.gather(~whole, ids.value_rowids())
+            ids = tf.ragged.boolean_mask(ids, ids.with_flat_values(keep))
+            single = tf.RaggedTensor.from_value_rowids(
+                found[whole], tf.where(whole)[:, 0], nrows=tf.size(unique, tf.int64)
+            )
+            ids = tf.concat([single, ids], axis=1)
         ids = tf.gather(ids, index)
         ids = words.with_flat_values(ids).merge_dims(1, 2)
         return tf.cast(ids, tf.int32)
@@ -266,7 +336,7 @@ class BytePairTokenizer(Tokenizer):
             # Consecutive matches are one pair repeated ("a a a"): merge
             # every other one from the start of the run, as the reference
             # merges them left to right.
-            start = match & ~_previous(match)
+            start = match & ~previous(match)
             run = tf.cumsum(tf.cast(start, tf.int32)) - 1
             starts = tf.concat([tf.where(start)[:, 0], [0]], 0)
             offset = tf.range(tf.size(match), dtype=tf.int64)
@@ -303,6 +373,11 @@ class BytePairTokenizer(Tokenizer):
     def _unknown_id(self):
         return None  # byte-level: every text has ids; bad ids are dropped
 
+    def emitted_vocabulary_size(self):
+        if self.added_tokens:  # text gives every token, special ones too
+            return self.vocabulary_size()
+        return super().emitted_vocabulary_size()
+
     def get_merges(self):
         """The merges as `"left right"` strings, in rank order."""
         return list(self._merges)
@@ -315,57 +390,12 @@ class BytePairTokenizer(Tokenizer):
                 "merges": self.get_merges(),
             }
         )
+        options = {
+            "split_pattern": self.split_pattern,
+            "normalization": self.normalization,
+            "added_tokens": self.added_tokens,
+            "ignore_merges": self.ignore_merges,
+        }
+        config.update({k: v for k, v in options.items() if v})  # GPT-2's: none
+        config.update(self._chat_config())
         return config
-
-
-def pretokenize(strings):
-    """GPT-2's pre-tokenization: `(B,)` strings to `(B, None)` words.
-
-    GPT-2's pattern ends in `\\s+(?!\\S)|\\s+`: a run of whitespace before
-    a word leaves its last character to that word (a space joins it as
-    `" word"`; any other whitespace character becomes a word of its own).
-    RE2 has no look-ahead, so the runs are split off first and their last
-    character moved here.
-    """
-    pieces = tf_text.regex_split(strings, _SPACES, _SPACES)  # (B, None)
-    flat, text = pieces.flat_values, pieces.value_rowids()
-    spaces = tf.strings.regex_full_match(flat, _SPACES)
-    followed = tf.concat([text[1:] == text[:-1], [False]], 0)[: tf.size(text)]
-    split = spaces & followed  # whitespace that precedes a word
-    size = tf.strings.length(flat, unit="UTF8_CHAR")
-    head = tf.strings.substr(flat, tf.zeros_like(size), size - 1, unit="UTF8_CHAR")
-    last = tf.strings.substr(flat, size - 1, tf.ones_like(size), unit="UTF8_CHAR")
-    joins = split & (last == " ")
-    prefix = tf.where(_previous(joins), " ", "")
-    first = tf.where(split, head, tf.strings.join([prefix, flat]))
-    second = tf.where(split & ~joins, last, "")
-    values = tf.reshape(tf.stack([first, second], 1), [-1])
-    rows = tf.repeat(text, 2)
-    keep = values != ""
-    pieces = tf.RaggedTensor.from_value_rowids(
-        values[keep], rows[keep], nrows=pieces.nrows()
-    )
-    words = _split_words(pieces.flat_values)
-    return pieces.with_flat_values(words).merge_dims(1, 2)
-
-
-def _split_words(pieces):
-    """`_WORD` splits of `(N,)` pieces, `(N, None)`: ASCII pieces by the
-    faster `_ASCII_WORD`, the others by `_WORD`, back in their order."""
-    ascii = tf.strings.regex_full_match(pieces, r"[\x00-\x7f]*")
-    positions = tf.range(tf.size(pieces))
-    fast, slow = positions[ascii], positions[~ascii]
-    words = tf.concat(
-        [
-            tf_text.regex_split(tf.gather(pieces, fast), _ASCII_WORD, _ASCII_WORD),
-            tf_text.regex_split(tf.gather(pieces, slow), _WORD, _WORD),
-        ],
-        axis=0,
-    )
-    order = tf.math.invert_permutation(tf.concat([fast, slow], 0))
-    return tf.gather(words, order)
-
-
-def _previous(flags):
-    """Each element's predecessor's flag (False for the first)."""
-    return tf.concat([[False], flags], 0)[: tf.size(flags)]

@@ -17,6 +17,7 @@ import json
 import os
 
 from keras_transformer._validation import read_json
+from keras_transformer.text import hf_llama
 from keras_transformer.text.bpe import BytePairTokenizer
 from keras_transformer.text.sentencepiece import SentencePieceTokenizer
 from keras_transformer.text.wordpiece import WordPieceTokenizer
@@ -80,6 +81,10 @@ def tokenizer_from_pretrained(path):
         )
     config = read_json(os.path.join(path, CONFIG), missing_ok=True) or {}
     model_config = read_json(os.path.join(path, "config.json"), missing_ok=True) or {}
+    if model_config.get("model_type") in hf_llama.MODEL_TYPES:
+        tokenizer = hf_llama.from_folder(path)
+        _check_size(tokenizer, model_config, path)
+        return tokenizer
     if os.path.isfile(os.path.join(path, SOURCE_SPM)) or os.path.isfile(
         os.path.join(path, TARGET_SPM)
     ):

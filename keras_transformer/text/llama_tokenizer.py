@@ -1,0 +1,269 @@
+"""Hugging Face's `LlamaTokenizer` (Llama-2, TinyLlama, Mistral): a
+SentencePiece BPE model with byte fallback, in-graph on tensorflow-text.
+
+Shape legend: B batch, N pieces of text in all.
+"""
+
+import base64
+import os
+import re
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.text import checks, pretokenizers
+from keras_transformer.text._lazy import tf_text
+from keras_transformer.text.chat import ChatTemplateMixin, check_chat_template
+from keras_transformer.text.tokenizer import Tokenizer
+
+PREPEND_SCHEMES = ("first", "always", "never")
+_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
+    """The ids of Hugging Face's `LlamaTokenizer` plus one, as a Keras layer.
+
+    The folder's added tokens (`<s>`, `</s>`, `<unk>`) are matched whole
+    first, as transformers matches them. The text between them becomes
+    SentencePiece pieces (tensorflow-text runs the `tokenizer.model`;
+    characters outside the vocabulary become byte pieces `<0x..>`), with
+    spaces written `"▁"` and a `"▁"` put before the text as Hugging Face's
+    Metaspace pre-tokenizer does: before the first piece of text only
+    (`prepend_scheme="first"`, `legacy=False` folders), before each piece
+    of text (`"always"`, `legacy=True`) or never, and not where the piece
+    already starts with a space. `detokenize` gives what transformers'
+    `decode(ids, skip_special_tokens=True)` gives. Runs in `tf.data`,
+    `tf.function` and SavedModels; the model travels in `get_config`.
+
+    Args:
+        proto: a serialized SentencePiece model (`bytes`) or the path of a
+            `tokenizer.model`. It must not normalize text (Llama's does
+            not), which transformers' tokenizer would not do either.
+        sequence_length: if set, outputs are padded with 0 or truncated to
+            this length; otherwise batches give ragged ids.
+        added_tokens: pieces matched whole before anything else.
+        prepend_scheme: `"first"`, `"always"` or `"never"` (see above).
+        chat_template: the Jinja template of `apply_chat_template`, or None.
+        special_tokens_map: the special tokens the template sees by name.
+        **kwargs: `bos_token` (Llama's `"<s>"` goes first), `eos_token`,
+            `special_tokens` (see `kt.text.Tokenizer`) and base
+            `keras.layers.Layer` arguments.
+
+    Example:
+
+    >>> import keras_transformer as kt
+    >>> proto = kt.text.train_sentencepiece(
+    ...     ["a b c", "b c a"] * 10, 270, model_type="bpe",
+    ...     reserved_tokens=["[PAD]", "[UNK]", "[START]"])
+    >>> tokenizer = kt.text.LlamaTokenizer(
+    ...     proto, added_tokens=["[START]"], bos_token="[START]")
+    >>> ids = tokenizer("c b a")
+    >>> tokenizer.id_to_token(int(ids[0]))
+    '[START]'
+    >>> tokenizer.detokenize(ids).numpy().decode()
+    'c b a'
+    """
+
+    def __init__(
+        self,
+        proto,
+        sequence_length=None,
+        added_tokens=None,
+        prepend_scheme="first",
+        chat_template=None,
+        special_tokens_map=None,
+        **kwargs,
+    ):
+        super().__init__(sequence_length=sequence_length, **kwargs)
+        if prepend_scheme not in PREPEND_SCHEMES:
+            raise ValueError(
+                f"`prepend_scheme` must be one of {PREPEND_SCHEMES}. "
+                f"Received: prepend_scheme={prepend_scheme!r}"
+            )
+        self.prepend_scheme = prepend_scheme
+        self.chat_template, self.special_tokens_map = check_chat_template(
+            chat_template, special_tokens_map
+        )
+        self.proto = _read_proto(proto)
+        try:
+            self._sentencepiece = tf_text.SentencepieceTokenizer(
+                model=_plain(self.proto), out_type=tf.int32
+            )
+            size = int(self._sentencepiece.vocab_size())
+            pieces = self._sentencepiece.id_to_string(tf.range(size)).numpy()
+            unknown = int(self._sentencepiece.string_to_id(""))
+        except tf.errors.OpError as error:
+            raise ValueError(
+                "`proto` is not a valid SentencePiece model. "
+                f"Received: proto={self.proto!r:.80}"
+            ) from error
+        tokens = [p.decode("utf-8") for p in pieces]
+        self._set_vocabulary([checks.PAD, *tokens])  # our id = their id + 1
+        self._unknown = unknown + 1
+        self.added_tokens = list(added_tokens or [])
+        for token in self.added_tokens:
+            if token not in self._token_to_id:
+                raise ValueError(
+                    "`added_tokens` must be pieces of the model. "
+                    f"Received: added_tokens={checks.preview(self.added_tokens)}"
+                )
+        self._added = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(self.added_tokens or [""]),
+                tf.constant([self._token_to_id[t] for t in self.added_tokens] or [0]),
+            ),
+            default_value=self._unknown,
+        )
+        self._piece_bytes = tf.constant([b""] + [_bytes(t) for t in tokens])
+
+    def _tokenize(self, strings):
+        pieces, added = pretokenizers.split_added(strings, self.added_tokens)
+        text = pieces.flat_values  # (N,)
+        spaced = tf.strings.regex_full_match(text, "(?s)[ \u2581].*")
+        if self.prepend_scheme == "first":
+            index = tf.range(tf.size(text, tf.int64))
+            first = index == tf.gather(pieces.row_starts(), pieces.value_rowids())
+            prepend = first & ~spaced
+        else:
+            prepend = ~spaced & (self.prepend_scheme == "always")
+        text = tf.where(prepend, tf.strings.join([" ", text]), text)
+        ids = self._sentencepiece.tokenize(tf.where(added, "", text)) + 1
+        single = tf.RaggedTensor.from_value_rowids(
+            self._added.lookup(pieces.flat_values[added]),
+            tf.where(added)[:, 0],
+            nrows=tf.size(added, tf.int64),
+        )
+        ids = tf.concat([single, ids], axis=1)  # (N, None)
+        return pieces.with_flat_values(ids).merge_dims(1, 2)
+
+    def _detokenize(self, ids):
+        text = tf.strings.reduce_join(tf.gather(self._piece_bytes, ids), axis=-1)
+        if self.prepend_scheme != "never":  # transformers' Strip decoder
+            text = tf.strings.regex_replace(text, "^ ", "", replace_global=False)
+        return checks.replace_invalid_utf8(text)
+
+    def _unknown_id(self):
+        return self._unknown
+
+    def emitted_vocabulary_size(self):
+        return self.vocabulary_size()  # added tokens come from text too
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "proto": base64.b64encode(self.proto).decode("ascii"),
+                "added_tokens": list(self.added_tokens),
+                "prepend_scheme": self.prepend_scheme,
+            }
+        )
+        config.update(self._chat_config())
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["proto"] = base64.b64decode(config["proto"])
+        return cls(**config)
+
+
+def _read_proto(proto):
+    if isinstance(proto, str | os.PathLike):
+        path = os.fspath(proto)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"SentencePiece model not found: {path!r}")
+        with open(path, "rb") as f:
+            proto = f.read()
+    if not isinstance(proto, bytes) or not proto:
+        raise ValueError(
+            "`proto` must be a serialized SentencePiece model (bytes) or a "
+            f"path to a .model file. Received: proto={proto!r:.80}"
+        )
+    return proto
+
+
+def _bytes(piece):
+    """What a piece decodes to: its byte for `<0x..>`, else its text with
+    `"▁"` as a space."""
+    match = _BYTE_PIECE.fullmatch(piece)
+    if match:
+        return bytes([int(match.group(1), 16)])
+    return piece.replace("\u2581", " ").encode("utf-8")
+
+
+# The model proto (sentencepiece_model.proto): ModelProto field 3 is the
+# NormalizerSpec, whose fields 2, 3 and 4 are precompiled_charsmap,
+# add_dummy_prefix and remove_extra_whitespaces.
+_NORMALIZER, _CHARSMAP = 3, 2
+_PLAIN = bytes([3 << 3, 0, 4 << 3, 0])  # add_dummy_prefix, remove_extra_ws: off
+
+
+def _plain(proto):
+    """`proto` with no dummy prefix and no whitespace squeezing (the
+    tokenizer puts the prefix itself, as transformers does), or a
+    ValueError if it normalizes text."""
+    out, found = b"", False
+    for number, wire, value, raw in _fields(proto):
+        if number == _NORMALIZER and wire == 2:
+            found = True
+            charsmap = [v for n, w, v, _ in _fields(value) if n == _CHARSMAP]
+            if any(charsmap):
+                raise ValueError(
+                    "`proto` normalizes text (its normalizer has a character "
+                    "map, e.g. nmt_nfkc), which transformers' Llama tokenizer "
+                    "does not do. Received: a model with a normalization rule"
+                )
+            value += _PLAIN
+            raw = _varint(number << 3 | 2) + _varint(len(value)) + value
+        out += raw
+    if not found:
+        out += _varint(_NORMALIZER << 3 | 2) + _varint(len(_PLAIN)) + _PLAIN
+    return out
+
+
+def _varint(value):
+    out = b""
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out += bytes([byte | (0x80 if value else 0)])
+        if not value:
+            return out
+
+
+def _read_varint(data, i):
+    value = shift = 0
+    while True:
+        if i >= len(data):
+            raise ValueError("`proto` is not a valid SentencePiece model.")
+        value |= (data[i] & 0x7F) << shift
+        shift += 7
+        i += 1
+        if not data[i - 1] & 0x80:
+            return value, i
+
+
+def _fields(data):
+    """`(number, wire type, value bytes, raw bytes)` of each field of a
+    serialized protobuf message."""
+    i = 0
+    while i < len(data):
+        start = i
+        key, i = _read_varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, end = _read_varint(data, i)
+            value = data[i:end]
+        elif wire in (1, 5):
+            end = i + (8 if wire == 1 else 4)
+            value = data[i:end]
+        elif wire == 2:
+            size, i = _read_varint(data, i)
+            end = i + size
+            value = data[i:end]
+        else:
+            raise ValueError("`proto` is not a valid SentencePiece model.")
+        if end > len(data):
+            raise ValueError("`proto` is not a valid SentencePiece model.")
+        i = end
+        yield number, wire, value, data[start:end]
