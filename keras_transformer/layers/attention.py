@@ -1,7 +1,8 @@
 """Scaled dot-product and multi-head attention.
 
 Shape legend: B batch, T query length, S key/value length, H heads,
-D per-head size (`key_dim` or `value_dim`), E model width.
+K key/value heads (`num_key_value_heads`), G = H // K query heads per
+key/value head, D per-head size (`key_dim` or `value_dim`), E model width.
 """
 
 import itertools
@@ -11,6 +12,7 @@ import keras
 from keras import ops
 
 from keras_transformer import _validation as validation
+from keras_transformer.layers.grouped import attend_grouped
 from keras_transformer.layers.masking import (
     causal_mask,
     keras_mask,
@@ -63,9 +65,16 @@ class MultiHeadAttention(keras.layers.Layer):
     are all masked gets a zero attention row (never NaN), including under
     mixed precision.
 
+    With `num_key_value_heads` smaller than `num_heads` (grouped-query
+    attention; 1 is multi-query attention), keys and values are projected
+    into fewer heads and each group of `num_heads // num_key_value_heads`
+    consecutive query heads shares one: query head `h` reads key/value head
+    `h // (num_heads // num_key_value_heads)`, as transformers' `repeat_kv`.
+
     For autoregressive decoding, `call` accepts a fixed-shape key/value
-    `cache` of shape `(B, 2, S_max, H, D)` that is updated in place at
-    `cache_update_index`, so a compiled decode loop never retraces.
+    `cache` of shape `(B, 2, S_max, K, D)` (K = `num_key_value_heads`) that
+    is updated in place at `cache_update_index`, so a compiled decode loop
+    never retraces.
 
     Args:
         num_heads: number of attention heads.
@@ -76,6 +85,9 @@ class MultiHeadAttention(keras.layers.Layer):
         output_dim: width of the output; defaults to the query's last dim.
         kernel_initializer: initializer of the projection kernels.
         bias_initializer: initializer of the projection biases.
+        num_key_value_heads: number of key/value heads K, dividing
+            `num_heads`; None (the default) is `num_heads`, the weights of
+            `keras.layers.MultiHeadAttention`.
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -87,7 +99,7 @@ class MultiHeadAttention(keras.layers.Layer):
         use_causal_mask: whether query `t` only attends to keys `<= t`.
         return_attention_scores: also return the `(B, H, T, S)` probabilities.
         training: whether attention dropout is active.
-        cache: optional `(B, 2, S_max, H, D)` keys and values. With
+        cache: optional `(B, 2, S_max, K, D)` keys and values. With
             `cache_update_index` the keys/values of this call are written into
             it at that index and attention runs over the whole cache; without
             it the cache is used as is (precomputed cross-attention).
@@ -119,15 +131,26 @@ class MultiHeadAttention(keras.layers.Layer):
         output_dim=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        num_key_value_heads=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         validation.check_positive_int("num_heads", num_heads)
+        validation.check_positive_int(
+            "num_key_value_heads", num_key_value_heads, allow_none=True
+        )
+        if num_key_value_heads is not None and num_heads % num_key_value_heads:
+            raise ValueError(
+                "`num_heads` must be a multiple of `num_key_value_heads`. "
+                f"Received: num_heads={num_heads}, "
+                f"num_key_value_heads={num_key_value_heads}"
+            )
         validation.check_positive_int("key_dim", key_dim)
         validation.check_positive_int("value_dim", value_dim, allow_none=True)
         validation.check_positive_int("output_dim", output_dim, allow_none=True)
         validation.check_rate("dropout", dropout)
         self.num_heads = num_heads
+        self.num_key_value_heads = num_key_value_heads or num_heads
         self.key_dim = key_dim
         self.value_dim = value_dim if value_dim is not None else key_dim
         self.dropout = dropout
@@ -144,13 +167,18 @@ class MultiHeadAttention(keras.layers.Layer):
         validation.check_rank("value", value_shape, 3)
         validation.check_rank("key", key_shape, 3)
         output_dim = self.output_dim or query_shape[-1]
-        self.query_dense = self._projection("query", self.key_dim, query_shape)
-        self.key_dense = self._projection("key", self.key_dim, key_shape)
-        self.value_dense = self._projection("value", self.value_dim, value_shape)
+        kv_heads = self.num_key_value_heads
+        self.query_dense = self._projection(
+            "query", self.num_heads, self.key_dim, query_shape
+        )
+        self.key_dense = self._projection("key", kv_heads, self.key_dim, key_shape)
+        self.value_dense = self._projection(
+            "value", kv_heads, self.value_dim, value_shape
+        )
         self.output_dense = keras.layers.EinsumDense(
             "bthd,hde->bte",
             output_shape=(None, output_dim),
-            bias_axes="e" if self.use_bias else None,
+            bias_axes="e" if self._has_bias("attention_output") else None,
             name="attention_output",
             **self._sublayer_kwargs(),
         )
@@ -195,8 +223,10 @@ class MultiHeadAttention(keras.layers.Layer):
             (q,) = self._project(query, self.query_dense)
             (k,) = self._project(key, self.key_dense)
             (v,) = self._project(value, self.value_dense)
+        if not reads_cache_only:
+            q, k = self._add_positions(q, k, cache_update_index)
         if cache is not None and not reads_cache_only:
-            kv = ops.stack([k, v], axis=1)  # (B, 2, T, H, D)
+            kv = ops.stack([k, v], axis=1)  # (B, 2, T, K, D)
             start = [0, 0, cache_update_index, 0, 0]
             cache = ops.slice_update(cache, start, ops.cast(kv, cache.dtype))
             k, v = cache[:, 0], cache[:, 1]
@@ -208,7 +238,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return outputs[0] if len(outputs) == 1 else outputs
 
     def compute_cache(self, value, key=None):
-        """Projects `value`/`key` once into a `(B, 2, S, H, D)` cache.
+        """Projects `value`/`key` once into a `(B, 2, S, K, D)` cache.
 
         Used for cross-attention, whose keys and values do not change while
         decoding; pass the result as `cache` without `cache_update_index`.
@@ -223,6 +253,16 @@ class MultiHeadAttention(keras.layers.Layer):
             )
         return ops.stack([k, v], axis=1)
 
+    def _add_positions(self, q, k, start_index):
+        """Where a subclass encodes positions into the projected queries
+        `(B, T, H, D)` and keys `(B, T, K, D)` of positions `start_index` (None
+        = 0) onwards, before keys enter the cache; unchanged here."""
+        return q, k
+
+    def _has_bias(self, name):
+        """Whether the projection sublayer `name` has a bias."""
+        return self.use_bias
+
     def _project(self, x, *layers):
         """`x` `(B, T, E)` through the projections `layers`, in one matmul.
 
@@ -231,8 +271,9 @@ class MultiHeadAttention(keras.layers.Layer):
         `(B·T, E)` matrix: the same numbers as calling each sublayer, in one
         plain matrix product whose gradient is one too (the sublayers' einsum
         costs a batched product and a sum in the backward pass, and a slow
-        fused loop in one-token decoding). Returns one `(B, T, H, D)` tensor
-        per layer.
+        fused loop in one-token decoding). Returns one `(B, T, heads, D)`
+        tensor per layer (its kernel's heads). `layers` all have biases, or
+        none.
         """
         width = x.shape[-1]
         kernels = [
@@ -244,7 +285,7 @@ class MultiHeadAttention(keras.layers.Layer):
             ops.reshape(x, (-1, width)),
             kernels[0] if len(layers) == 1 else ops.concatenate(kernels, axis=1),
         )
-        if self.use_bias:
+        if layers[0].bias is not None:
             biases = [
                 ops.reshape(ops.cast(layer.bias, x.dtype), (-1,)) for layer in layers
             ]
@@ -256,8 +297,8 @@ class MultiHeadAttention(keras.layers.Layer):
             else ops.split(y, list(itertools.accumulate(sizes[:-1])), axis=1)
         )
         return [
-            ops.reshape(part, (batch, length, self.num_heads, size // self.num_heads))
-            for part, size in zip(parts, sizes, strict=True)
+            ops.reshape(part, (batch, length, *layer.kernel.shape[1:]))
+            for part, layer in zip(parts, layers, strict=True)
         ]
 
     def _output(self, heads):
@@ -268,13 +309,15 @@ class MultiHeadAttention(keras.layers.Layer):
         y = ops.matmul(
             ops.reshape(heads, (-1, depth)), ops.reshape(kernel, (depth, -1))
         )
-        if self.use_bias:
+        if self.output_dense.bias is not None:
             y = y + ops.cast(self.output_dense.bias, heads.dtype)
         batch, length = ops.shape(heads)[0], ops.shape(heads)[1]
         return ops.reshape(y, (batch, length, kernel.shape[-1]))
 
     def _attend(self, q, k, v, mask, training):
         q = ops.multiply(q, ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype))
+        if self.num_key_value_heads != self.num_heads:
+            return attend_grouped(q, k, v, mask, self.attention_dropout, training)
         if q.shape[1] == 1:
             return self._attend_one(q, k, v, mask, training)
         scores = ops.einsum("bthd,bshd->bhts", q, k)
@@ -330,11 +373,11 @@ class MultiHeadAttention(keras.layers.Layer):
             else None,
         )
 
-    def _projection(self, name, depth, input_shape):
+    def _projection(self, name, heads, depth, input_shape):
         layer = keras.layers.EinsumDense(
             "bte,ehd->bthd",
-            output_shape=(None, self.num_heads, depth),
-            bias_axes="hd" if self.use_bias else None,
+            output_shape=(None, heads, depth),
+            bias_axes="hd" if self._has_bias(name) else None,
             name=name,
             **self._sublayer_kwargs(),
         )
@@ -369,6 +412,7 @@ class MultiHeadAttention(keras.layers.Layer):
                     self.kernel_initializer
                 ),
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+                "num_key_value_heads": self.num_key_value_heads,
             }
         )
         return config

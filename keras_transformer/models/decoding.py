@@ -139,12 +139,13 @@ class Seq2SeqLM(DecodingStateMixin, keras.Model):
 
 
 def empty_caches(blocks, tokens):
-    """One zero self-attention cache `(B, 2, L, H, D)` per decoder block."""
+    """One zero self-attention cache `(B, 2, L, K, D)` per decoder block (K
+    key/value heads: `num_heads` unless the attention groups them)."""
     batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
     caches = []
     for block in blocks:
         attention = block.self_attention_layer
-        shape = (batch, 2, length, attention.num_heads, attention.key_dim)
+        shape = (batch, 2, length, attention.num_key_value_heads, attention.key_dim)
         caches.append(ops.zeros(shape, attention.compute_dtype))
     return caches
 

@@ -273,3 +273,117 @@ def test_one_query_step_equals_the_einsum_attention():
         to_numpy(out), np.einsum("bhts,bshd->bthd", expected_probs, v), atol=1e-5
     )
     assert np.all(to_numpy(probs)[0, :, 0, 4:] == 0)
+
+
+# ---- grouped-query attention (num_key_value_heads) ---------------------------
+
+
+def np_grouped_attention(query, weights, mask=None):
+    """Self-attention with K key/value heads repeated to the H query heads in
+    transformers' `repeat_kv` order (query head h reads key/value head
+    h // (H // K)), from `keras.layers.MultiHeadAttention`-layout weights."""
+    wq, bq, wk, bk, wv, bv, wo, bo = weights
+    groups = wq.shape[1] // wk.shape[1]
+    q = np.einsum("bte,ehd->bthd", query, wq) + bq
+    k = np.repeat(np.einsum("bse,ehd->bshd", query, wk) + bk, groups, axis=2)
+    v = np.repeat(np.einsum("bse,ehd->bshd", query, wv) + bv, groups, axis=2)
+    scores = np.einsum("bthd,bshd->bhts", q, k) / np.sqrt(q.shape[-1])
+    probs = np_softmax(scores, None if mask is None else mask[:, None])
+    heads = np.einsum("bhts,bshd->bthd", probs, v)
+    return np.einsum("bthd,hde->bte", heads, wo) + bo
+
+
+@pytest.mark.parametrize("num_key_value_heads", [1, 2])
+def test_grouped_query_attention_matches_repeat_kv_reference(num_key_value_heads):
+    layer = kt.layers.MultiHeadAttention(
+        4, 3, num_key_value_heads=num_key_value_heads, bias_initializer="normal"
+    )
+    x = rand(2, 5, 8)
+    mask = np.random.default_rng(3).random((2, 5, 5)) > 0.3
+    actual = layer(x, attention_mask=mask)
+    shapes = [tuple(w.shape) for w in layer.get_weights()]
+    assert shapes == [(8, 4, 3), (4, 3), (8, num_key_value_heads, 3),
+                      (num_key_value_heads, 3), (8, num_key_value_heads, 3),
+                      (num_key_value_heads, 3), (4, 3, 8), (8,)]  # fmt: skip
+    expected = np_grouped_attention(x, layer.get_weights(), mask)
+    np.testing.assert_allclose(to_numpy(actual), expected, atol=1e-5)
+
+
+def test_grouped_query_attention_matches_keras_group_query_attention():
+    ours = kt.layers.MultiHeadAttention(4, 2, num_key_value_heads=2)
+    theirs = keras.layers.GroupQueryAttention(
+        head_dim=2, num_query_heads=4, num_key_value_heads=2
+    )
+    x = rand(2, 5, 8)
+    expected = to_numpy(theirs(x, x, use_causal_mask=True))
+    ours(x)
+    ours.set_weights(theirs.get_weights())
+    actual = to_numpy(ours(x, use_causal_mask=True))
+    np.testing.assert_allclose(actual, expected, atol=1e-5)
+
+
+def test_grouped_cache_holds_only_key_value_heads_and_matches_full_attention():
+    layer = kt.layers.MultiHeadAttention(4, 3, num_key_value_heads=2)
+    x = rand(2, 6, 8)
+    full, full_scores = layer(x, use_causal_mask=True, return_attention_scores=True)
+    cache = np.zeros((2, 2, 6, 2, 3), "float32")
+    # A 2-token chunk (the einsum path), then one token at a time.
+    out, cache = layer(
+        x[:, :2], use_causal_mask=True, cache=cache, cache_update_index=0
+    )
+    steps = [to_numpy(out)]
+    for i in range(2, 6):
+        out, scores, cache = layer(
+            x[:, i : i + 1],
+            use_causal_mask=True,
+            return_attention_scores=True,
+            cache=cache,
+            cache_update_index=i,
+        )
+        steps.append(to_numpy(out))
+        np.testing.assert_allclose(
+            to_numpy(scores)[:, :, 0], to_numpy(full_scores)[:, :, i], atol=1e-6
+        )
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), to_numpy(full), atol=1e-5)
+    assert tuple(cache.shape) == (2, 2, 6, 2, 3)
+    # The cache holds the projected keys and values of the 2 key/value heads.
+    _, k, v = layer._project(x, layer.query_dense, layer.key_dense, layer.value_dense)
+    np.testing.assert_allclose(to_numpy(cache[:, 0]), to_numpy(k), atol=1e-6)
+    np.testing.assert_allclose(to_numpy(cache[:, 1]), to_numpy(v), atol=1e-6)
+
+
+def test_as_many_key_value_heads_as_heads_is_plain_attention():
+    plain = kt.layers.MultiHeadAttention(2, 4)
+    same = kt.layers.MultiHeadAttention(2, 4, num_key_value_heads=2)
+    x = rand(2, 5, 8)
+    expected = to_numpy(plain(x, use_causal_mask=True))
+    same(x)
+    same.set_weights(plain.get_weights())
+    np.testing.assert_array_equal(to_numpy(same(x, use_causal_mask=True)), expected)
+    assert plain.num_key_value_heads == 2
+    config = {**plain.get_config(), "name": same.name}
+    assert config == same.get_config()
+
+
+def test_grouped_config_and_keras_round_trip(tmp_path):
+    layer = kt.layers.MultiHeadAttention(6, 2, num_key_value_heads=3, value_dim=3)
+    run_layer_test(layer, rand(2, 5, 8), expected_output_shape=(2, 5, 8))
+    assert layer.get_config()["num_key_value_heads"] == 3
+    inputs = keras.Input((5, 8))
+    model = keras.Model(inputs, layer(inputs, use_causal_mask=True))
+    run_model_saving_test(model, rand(2, 5, 8), tmp_path)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_heads": 4, "num_key_value_heads": 3},
+         "num_heads=4, num_key_value_heads=3"),
+        ({"num_heads": 4, "num_key_value_heads": 0}, "num_key_value_heads=0"),
+        ({"num_heads": 2, "num_key_value_heads": 4},
+         "num_heads=2, num_key_value_heads=4"),
+    ],
+)  # fmt: skip
+def test_bad_key_value_heads(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        kt.layers.MultiHeadAttention(key_dim=4, **kwargs)

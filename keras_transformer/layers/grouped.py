@@ -1,0 +1,58 @@
+"""Grouped-query attention: H query heads over K <= H key/value heads.
+
+Shape legend: B batch, T query length, S key length, H query heads, K
+key/value heads, G = H // K query heads per key/value head, D head size.
+
+Query head `h = k * G + g` reads key/value head `k` (transformers'
+`repeat_kv` order). Keys and values are never repeated per query head: the
+queries are viewed as `(B, T, K, G, D)` and each key/value head is read by
+its whole group at once, so a decoding step reads the `(B, S, K, D)` cache
+once, as plain multi-head attention does.
+"""
+
+from keras import ops
+
+from keras_transformer.layers.masking import masked_softmax
+
+
+def attend_grouped(q, k, v, mask, dropout, training=None):
+    """Scaled queries `(B, T, H, D)`, keys `(B, S, K, D)` and values
+    `(B, S, K, D_v)` -> `(outputs (B, T, H, D_v), probabilities (B, H, T, S))`.
+
+    `mask` is boolean `(B, T, S)` (True = may attend) or None; `dropout` is
+    the layer applied to the probabilities. The queries must already carry
+    the `1 / sqrt(D)` scale.
+    """
+    heads, kv_heads = q.shape[2], k.shape[2]
+    groups = heads // kv_heads
+    batch, length, keys = ops.shape(q)[0], ops.shape(q)[1], ops.shape(k)[1]
+    if mask is not None:
+        mask = ops.expand_dims(mask, 1)  # (B, 1, T, S): same for every head
+    grouped = ops.reshape(q, (batch, length, kv_heads, groups, q.shape[-1]))
+    if q.shape[1] == 1:
+        return _attend_one(grouped, k, v, mask, dropout, training)
+    scores = ops.einsum("btkgd,bskd->bkgts", grouped, k)
+    scores = ops.reshape(scores, (batch, heads, length, keys))
+    probs = masked_softmax(scores, mask)
+    dropped = ops.reshape(
+        dropout(probs, training=training), (batch, kv_heads, groups, length, keys)
+    )
+    output = ops.einsum("bkgts,bskd->btkgd", dropped, v)
+    return ops.reshape(output, (batch, length, heads, v.shape[-1])), probs
+
+
+def _attend_one(q, k, v, mask, dropout, training):
+    """One query `(B, 1, K, G, D)` (a decoding step), as products and sums
+    that read the cache in place (see `MultiHeadAttention._attend_one`)."""
+    kv_heads, groups = q.shape[2], q.shape[3]
+    batch = ops.shape(q)[0]
+    heads = kv_heads * groups
+    scores = ops.sum(q * k[:, :, :, None, :], axis=-1)  # (B, S, K, G)
+    scores = ops.reshape(scores, (batch, -1, heads))  # (B, S, H)
+    scores = ops.transpose(scores, (0, 2, 1))[:, :, None, :]  # (B, H, 1, S)
+    probs = masked_softmax(scores, mask)
+    dropped = dropout(probs, training=training)
+    weights = ops.transpose(dropped[:, :, 0, :], (0, 2, 1))  # (B, S, H)
+    weights = ops.reshape(weights, (batch, -1, kv_heads, groups, 1))
+    output = ops.sum(weights * v[:, :, :, None, :], axis=1)  # (B, K, G, D_v)
+    return ops.reshape(output, (batch, 1, heads, v.shape[-1])), probs
