@@ -11,6 +11,8 @@ import datetime
 import functools
 import json
 
+import tensorflow as tf
+
 from keras_transformer.text import checks
 
 ROLE, CONTENT = "role", "content"
@@ -157,6 +159,14 @@ class ChatTemplateMixin:
             tokens=self.special_tokens_map,
             **kwargs,
         )
+
+    def tokenize_chat(self, messages, add_generation_prompt=True, **kwargs):
+        """The ids of `apply_chat_template`'s text, without `bos_token` and
+        `eos_token` around it (the template writes its own), as
+        transformers' `apply_chat_template(messages, tokenize=True)` gives
+        them (plus one): a `(T,)` int32 tensor."""
+        text = self.apply_chat_template(messages, add_generation_prompt, **kwargs)
+        return self._tokenize(tf.constant([text]))[0]
 
     def _chat_config(self):
         """The chat entries of `get_config` (none when there is no template)."""

@@ -55,7 +55,8 @@ class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
     >>> import keras_transformer as kt
     >>> proto = kt.text.train_sentencepiece(
     ...     ["a b c", "b c a"] * 10, 270, model_type="bpe",
-    ...     reserved_tokens=["[PAD]", "[UNK]", "[START]"])
+    ...     reserved_tokens=["[PAD]", "[UNK]", "[START]"],
+    ...     normalization_rule_name="identity", remove_extra_whitespaces=False)
     >>> tokenizer = kt.text.LlamaTokenizer(
     ...     proto, added_tokens=["[START]"], bos_token="[START]")
     >>> ids = tokenizer("c b a")
