@@ -8,6 +8,8 @@ Shape legend: B batch, K beams, R = B * K rows of the buffer, L buffer
 length, V vocabulary.
 """
 
+import copy
+
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
@@ -57,6 +59,9 @@ class BeamSampler(Sampler):
             not; keep 1.0 to match it).
         rules: `"wu"` or `"transformers"` (see above).
         early_stopping: True, False or "never" (`rules="transformers"` only).
+        num_return_sequences: how many of the best hypotheses to return per
+            input, best first (at most `num_beams`): `generate` then gives
+            `num_return_sequences` rows per prompt, as Hugging Face does.
         **options: the options of `Sampler`.
     """
 
@@ -68,6 +73,7 @@ class BeamSampler(Sampler):
         *,
         rules="wu",
         early_stopping=False,
+        num_return_sequences=1,
         **options,
     ):
         super().__init__(temperature, **options)
@@ -94,6 +100,9 @@ class BeamSampler(Sampler):
                 f"Received: early_stopping={early_stopping!r} with rules='wu'"
             )
         self.num_beams = num_beams
+        self.num_return_sequences = self.returning(
+            num_return_sequences
+        ).num_return_sequences
         self.length_penalty = length_penalty
         self.rules = rules
         self.early_stopping = early_stopping
@@ -102,6 +111,20 @@ class BeamSampler(Sampler):
     def num_rows(self):
         """Buffer rows per prompt: one per beam (`generate` repeats them)."""
         return self.num_beams
+
+    def returning(self, num_return_sequences):
+        """A copy of this search that returns its `num_return_sequences`
+        best hypotheses per input."""
+        result = copy.copy(self)
+        validation.check_positive_int("num_return_sequences", num_return_sequences)
+        if num_return_sequences > self.num_beams:
+            raise ValueError(
+                "`num_return_sequences` must be at most `num_beams`. Received: "
+                f"num_return_sequences={num_return_sequences!r} with "
+                f"num_beams={self.num_beams!r}"
+            )
+        result.num_return_sequences = num_return_sequences
+        return result
 
     def next_token(self, logits, seed):
         return tf.argmax(logits, axis=-1, output_type=tf.int32)
@@ -172,7 +195,10 @@ class BeamSampler(Sampler):
             )
             tokens = loop.write(tokens, index, chosen)
             done = tf.logical_or(
-                done, tf.logical_and(tf.logical_not(in_prompt), chosen == end_token_id)
+                done,
+                tf.logical_and(
+                    tf.logical_not(in_prompt), loop.is_end(chosen, end_token_id)
+                ),
             )
             top_scores = tf.reshape(top_scores, [-1])
             top_scores.set_shape(scores.shape)
@@ -184,7 +210,7 @@ class BeamSampler(Sampler):
         generated = tf.logical_and(tf.logical_not(prompt_mask), tokens != 0)
         lengths = tf.reduce_sum(tf.cast(generated, tf.float32), axis=1)
         penalty = tf.pow((5.0 + lengths) / 6.0, float(self.length_penalty))
-        best = tf.argmax(
-            tf.reshape(scores / penalty, [batch, k]), axis=1, output_type=tf.int32
-        )
-        return tf.gather(tokens, tf.range(batch) * k + best)
+        _, best = tf.math.top_k(
+            tf.reshape(scores / penalty, [batch, k]), k=self.num_return_sequences
+        )  # (B, n), best first
+        return tf.gather(tokens, tf.reshape(tf.range(batch)[:, None] * k + best, [-1]))

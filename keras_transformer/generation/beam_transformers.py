@@ -18,7 +18,8 @@ def search(sampler, next_fn, tokens, cache, start, stop, prompt_mask, end_token_
     against transformers 5.24), with its -1e9 masks, for `num_beams >= 2`.
 
     Takes the arguments of `Sampler.__call__` (but `seed`: nothing is
-    drawn) and returns the `(B, L)` best hypothesis of each input."""
+    drawn) and returns the `(B * n, L)` `n = sampler.num_return_sequences`
+    best hypotheses of each input, best first."""
     k = sampler.num_beams
     rows = tf.shape(tokens)[0]  # B * K
     batch = rows // k
@@ -84,7 +85,7 @@ def search(sampler, next_fn, tokens, cache, start, stop, prompt_mask, end_token_
             tf.reshape(beam_tokens, [batch, 2 * k * k]), top, batch_dims=1
         )
         parent = tf.reshape(offsets * k + top // (2 * k), [-1])  # (B * 2K,)
-        hits = tf.logical_or(chosen == end_token_id, index + 1 >= stop)
+        hits = tf.logical_or(loop.is_end(chosen, end_token_id), index + 1 >= stop)
         extended = loop.write(
             tf.gather(tokens, parent), index, tf.reshape(chosen, [-1])
         )
@@ -172,9 +173,9 @@ def search(sampler, next_fn, tokens, cache, start, stop, prompt_mask, end_token_
             improvable,
         ),
     )
-    first = tf.range(batch) * k
-    # The pool's best; the first running beam only if nothing finished
-    # (the loop did not run).
-    return tf.where(
-        pool_finished[:, :1], tf.gather(pool, first), tf.gather(tokens, first)
-    )
+    n = sampler.num_return_sequences
+    best = tf.reshape(tf.range(batch)[:, None] * k + tf.range(n)[None], [-1])
+    # The pool (kept sorted, best first); the running beams only where
+    # nothing finished (the loop did not run).
+    finished = tf.reshape(pool_finished[:, :n], [-1, 1])
+    return tf.where(finished, tf.gather(pool, best), tf.gather(tokens, best))

@@ -65,8 +65,7 @@ def generate(
         sampler: `"greedy"`, `"temperature"`, `"top_k"`, `"top_p"`, `"beam"`,
             or a `Sampler` instance.
         end_token_id: a sequence stops at this token (or at any of a list
-            of them; beam search and speculative decoding take one); later
-            positions are 0.
+            of them); later positions are 0.
         use_cache: False recomputes the whole prefix at every step (for
             comparison; same tokens).
         seed: int seed; the same seed gives the same samples.
@@ -121,11 +120,6 @@ def generate(
     )
     if request is None:  # max_new_tokens == 0
         return model.generation_inputs(inputs)[0]
-    if speculation and np.ndim(request["end_token_id"]):
-        raise ValueError(
-            "Speculative and prompt-lookup decoding stop at one end token. "
-            f"Received: end_token_id={end_token_id!r}"
-        )
     if speculation:
         decode = compiled_speculative_fn(model, sampler, **speculation)
     else:
@@ -153,7 +147,7 @@ def check_request(model, inputs, max_new_tokens, sampler, end_token_id, seed, ro
     max_new_tokens = validation.check_max_new_tokens(max_new_tokens)
     prompt, source = model.generation_inputs(inputs)
     vocabulary_size = model.output_vocabulary_size
-    end_ids = check_end_token_ids(end_token_id, vocabulary_size, sampler)
+    end_ids = check_end_token_ids(end_token_id, vocabulary_size)
     if end_ids is None and sampler.force_end_token:
         raise ValueError(
             "`force_end_token=True` needs an `end_token_id`. "
@@ -202,22 +196,15 @@ def check_request(model, inputs, max_new_tokens, sampler, end_token_id, seed, ro
     }
 
 
-def check_end_token_ids(end_token_id, vocabulary_size, sampler):
+def check_end_token_ids(end_token_id, vocabulary_size):
     """None, one end id (an int), or a tuple of several (sorted), checked
-    against the vocabulary; several need a sampler of the shared loop."""
+    against the vocabulary. Every decode loop stops at any of several."""
     if end_token_id is None:
         return None
     if validation.is_int(end_token_id):
         return validation.check_token_id("end_token_id", end_token_id, vocabulary_size)
     ids = validation.check_token_ids("end_token_id", end_token_id, vocabulary_size)
-    if len(ids) == 1:
-        return ids[0]
-    if not sampler.uses_shared_loop:
-        raise ValueError(
-            f"`end_token_id` holds several ids, which {type(sampler).__name__} "
-            f"does not take (one end id). Received: end_token_id={end_token_id!r}"
-        )
-    return ids
+    return ids[0] if len(ids) == 1 else ids
 
 
 def compiled_decode_fn(model, sampler, use_cache=True):

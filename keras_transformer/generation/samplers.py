@@ -35,7 +35,7 @@ class Sampler:
     What decode loops ask (subclasses override it): `num_rows`, buffer rows
     per prompt; `supports_speculation`, whether `distribution` is
     implemented; `is_greedy`, whether the choice is the argmax;
-    `uses_shared_loop`, whether it runs in pieces and takes several end ids.
+    `uses_shared_loop`, whether it runs in pieces (streaming).
 
     Args:
         temperature: logits are divided by it before choosing.
@@ -210,8 +210,8 @@ class Sampler:
     @property
     def uses_shared_loop(self):
         """Whether the sampler decodes with this loop (`run`), which runs in
-        pieces (streaming) and stops at any of several end ids; a subclass
-        with its own loop (beam search) does not."""
+        pieces (streaming); a subclass with its own loop (beam search) does
+        not."""
         return type(self).__call__ is Sampler.__call__
 
     def run(

@@ -177,7 +177,7 @@ def speculative_decode_function(
             columns = index + offsets
             new = offsets[None] <= m  # (1, K + 1)
             in_prompt = tf.gather(prompt_mask, columns, axis=1)
-            is_end = new & (window == end_token_id) & tf.logical_not(in_prompt)
+            is_end = new & loop.is_end(window, end_token_id) & tf.logical_not(in_prompt)
             # After a row's end token (or once it is done) it gets zeros.
             ended = tf.math.cumsum(tf.cast(is_end, tf.int32), 1, exclusive=True) > 0
             window = tf.where(ended | done[:, None], 0, window)

@@ -185,8 +185,8 @@ class TextGenerator(Task):
                 + (f" (num_beams={beams})" if beams > 1 else "")
                 + (" and stream=True" if stream else "")
             )
-        if beams > 1 and n > 1:  # beam search returns its n best beams itself
-            decoder = get_sampler(sampler, num_return_sequences=n, **sampler_args)
+        if beams > 1:  # beam search returns its n best beams itself
+            decoder = decoder.returning(n)
         rows = inputs.tokenize(self.tokenizer, texts, "prompts", limit - max_new_tokens)
         if beams == 1:
             rows = [row for row in rows for _ in range(n)]
@@ -201,18 +201,7 @@ class TextGenerator(Task):
                 rows, max_new_tokens, decoder, seed, stops, stream_chunk_size
             )
         else:
-            tokens = inputs.pad(rows)  # (B, P)
-            out = generate(
-                self.model,
-                tokens,
-                max_new_tokens,
-                decoder,
-                end_token_id=self.end_token_id,
-                seed=seed,
-                **speculative,
-            )  # (B * n, P + N)
-            rows = [row for row in rows for _ in range(len(out) // len(rows))]
-            new = text_stream.new_ids(out, rows, max_new_tokens, self._end_ids())
+            new = self._new_ids(rows, max_new_tokens, decoder, seed, speculative)
             generated = text_stream.texts(self.tokenizer, new)
             generated = [inputs.cut_at_stop(text, stops) for text in generated]
         if prefixes:
@@ -220,6 +209,38 @@ class TextGenerator(Task):
         if n > 1:
             generated = [generated[i : i + n] for i in range(0, len(generated), n)]
         return generated[0] if single else generated
+
+    def _new_ids(self, rows, max_new_tokens, sampler, seed, speculative):
+        """Each result's generated ids (`num_rows // n` per row of `rows`).
+
+        Beam search runs each prompt length on its own: a hypothesis ends
+        at its own prompt's length plus `max_new_tokens`, as when Hugging
+        Face runs that prompt alone (a shorter prompt in a longer batch
+        would otherwise search further and rank its beams differently)."""
+        groups = {}
+        for i, row in enumerate(rows):
+            key = len(row) if sampler.num_rows > 1 else 0
+            groups.setdefault(key, []).append(i)
+        found = [None] * len(rows)
+        for indices in groups.values():
+            group = [rows[i] for i in indices]
+            out = generate(
+                self.model,
+                inputs.pad(group),  # (B, P)
+                max_new_tokens,
+                sampler,
+                end_token_id=self.end_token_id,
+                seed=seed,
+                **speculative,
+            )  # (B * n, P + N)
+            n = len(out) // len(group)
+            ids = text_stream.new_ids(
+                out, [r for r in group for _ in range(n)], max_new_tokens,
+                self._end_ids(),
+            )  # fmt: skip
+            for j, i in enumerate(indices):
+                found[i] = ids[j * n : (j + 1) * n]
+        return [ids for row in found for ids in row]
 
     def _end_ids(self):
         """The end ids as a tuple (empty for none)."""

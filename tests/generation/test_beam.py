@@ -3,6 +3,7 @@ probabilities depend only on the previous token, so every beam's score can be
 worked out by hand (in the comments)."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
@@ -97,6 +98,24 @@ def test_each_input_of_a_batch_keeps_its_own_beams():
     three = kt.generation.BeamSampler(num_beams=3, length_penalty=0.0)
     out = beam_search(three, transitions(WIDE_SEARCH), [[7], [9, 8]], 4)
     np.testing.assert_array_equal(out[:, :5], [[7, 3, 6, 3, 0], [9, 8, 6, 3, 0]])
+
+
+def test_num_return_sequences_gives_each_inputs_best_beams_best_first():
+    # The three sequences of each input above, by probability: 7 3 6 (.25),
+    # 7 1 4 (.22), 7 2 4 (.21); 8 6 3, 8 4 1, 8 5 1.
+    three = kt.generation.BeamSampler(
+        num_beams=3, length_penalty=0.0, num_return_sequences=3
+    )
+    out = beam_search(three, transitions(WIDE_SEARCH), [[7], [8]], 3)
+    np.testing.assert_array_equal(
+        out[:, :3],
+        [[7, 3, 6], [7, 1, 4], [7, 2, 4], [8, 6, 3], [8, 4, 1], [8, 5, 1]],
+    )
+    two = beam_search(three.returning(2), transitions(WIDE_SEARCH), [[7], [8]], 3)
+    np.testing.assert_array_equal(two, out[[0, 1, 3, 4]])
+    for bad in [0, 4]:
+        with pytest.raises(ValueError, match="num_return_sequences"):
+            kt.generation.BeamSampler(num_beams=3, num_return_sequences=bad)
 
 
 # Two beams, end token 11. After 7 (the last prompt token): 11 (.45), 3 (.40)

@@ -185,14 +185,26 @@ def cut_at_ends(tokens, prompts, ends):
     return out
 
 
+def first_two_ends(free):
+    """Two end ids that each end some row first: row 0's first new token,
+    and the first new token of another row that lacks it before."""
+    first = int(free[0, 3])
+    for row, prompt in zip(free[1:], PROMPTS[1:], strict=True):
+        new = row[np.sum(prompt != 0) :]
+        if new[0] != first:
+            ends = [first, int(new[0])]
+            assert (cut_at_ends(free, PROMPTS, ends) != free).sum() > 3
+            return ends
+    raise AssertionError("no second end id")
+
+
 @pytest.mark.parametrize(
     "settings", [{}, {"sampler": "top_k", "top_k": 8, "temperature": 3.0, "seed": 4}]
 )
 def test_several_end_tokens_end_each_row_at_the_first_it_makes(gpt, settings):
     free = kt.generation.generate(gpt, PROMPTS, 10, **settings)
-    ends = [int(free[0, 6]), int(free[2, 3])]
+    ends = first_two_ends(free)
     expected = cut_at_ends(free, PROMPTS, ends)
-    assert (expected != free).sum() > 3  # both ends cut something
     for end_token_id in [ends, tuple(ends[::-1]), np.array(ends)]:
         out = kt.generation.generate(
             gpt, PROMPTS, 10, end_token_id=end_token_id, **settings
@@ -207,9 +219,37 @@ def test_several_end_tokens_bad_values(gpt):
     for bad in [[], [5, 0], [5, 40], "5", [5, 2.0]]:
         with pytest.raises(ValueError, match="end_token_id"):
             kt.generation.generate(gpt, PROMPTS, 2, end_token_id=bad)
-    with pytest.raises(ValueError, match="end_token_id.*BeamSampler"):
-        kt.generation.generate(gpt, PROMPTS, 2, sampler="beam", end_token_id=[5, 6])
-    with pytest.raises(ValueError, match="end_token_id"):
-        kt.generation.generate(
-            gpt, PROMPTS, 2, end_token_id=[5, 6], prompt_lookup_num_tokens=2
+
+
+def test_several_end_tokens_with_prompt_lookup_are_greedys(gpt):
+    free = kt.generation.generate(gpt, PROMPTS, 10)
+    ends = first_two_ends(free)
+    out = kt.generation.generate(
+        gpt, PROMPTS, 10, end_token_id=ends, prompt_lookup_num_tokens=2
+    )
+    np.testing.assert_array_equal(out, cut_at_ends(free, PROMPTS, ends))
+
+
+@pytest.mark.parametrize("rules", ["wu", "transformers"])
+def test_several_end_tokens_end_beams(gpt, rules):
+    """Beam search stops a hypothesis at either end id, whichever position
+    it has in the list, and an end id no beam can make (suppressed) changes
+    nothing."""
+    beam = {"sampler": "beam", "num_beams": 3, "rules": rules}
+    beam["suppressed_token_ids"] = [4]
+    free = kt.generation.generate(gpt, PROMPTS, 10, **beam)
+    late, early = int(free[0, 5]), int(free[0, 4])  # 37 after 17 in row 0
+    out = kt.generation.generate(gpt, PROMPTS, 10, end_token_id=[late, early], **beam)
+    for row, prompt in zip(out, PROMPTS, strict=True):
+        new = row[np.sum(prompt != 0) :]
+        found = np.flatnonzero(np.isin(new, [late, early]))
+        assert found.size and not new[found[0] + 1 :].any()  # zeros after it
+    by_late = kt.generation.generate(gpt, PROMPTS, 10, end_token_id=late, **beam)
+    assert (out != by_late).any()  # the second id of the list ended rows
+    for ends in [[early, late], [early, 4]]:
+        np.testing.assert_array_equal(
+            kt.generation.generate(gpt, PROMPTS, 10, end_token_id=ends, **beam),
+            kt.generation.generate(gpt, PROMPTS, 10, end_token_id=early, **beam)
+            if 4 in ends
+            else out,
         )

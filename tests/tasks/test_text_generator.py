@@ -77,6 +77,18 @@ def test_num_return_sequences_draws_per_prompt(generator):
     assert generator.generate(PROMPTS[:2], num_return_sequences=3, **settings) == texts
 
 
+def test_beam_search_returns_transformers_best_beams(generator):
+    """num_beams=4, num_return_sequences=3: transformers' three best
+    hypotheses per prompt, best first (its default length_penalty 1.0)."""
+    beam = kt.generation.BeamSampler(4, length_penalty=1.0, rules="transformers")
+    texts = generator.generate(
+        PROMPTS, max_new_tokens=NEW, sampler=beam, num_return_sequences=3
+    )
+    assert texts == reference_texts("beam_return_3")
+    best = generator.generate(PROMPTS, max_new_tokens=NEW, sampler=beam)
+    assert best == [t[0] for t in texts]  # one sequence: the best
+
+
 def test_stop_strings_cut_the_text_even_across_tokens(generator):
     full = generator.generate(PROMPTS[2], max_new_tokens=NEW, repetition_penalty=1.5)
     ids = generator.tokenizer.tokenize([PROMPTS[2] + full]).to_list()[0]
