@@ -1,10 +1,12 @@
 """Reusable Transformer layers (keras.ops only, backend-portable).
 
 `attention.py` and `masking.py` (attention and its boolean masks),
-`position.py` (token + position embeddings), `rotary.py` (rotary
-position embeddings), `block.py` with `encoder.py`
-and `decoder.py` (the blocks), `patch.py` (image patches), `heads.py` (what
-sits on the logits: `LogitsBias`, `exclude_padding_logit`), `activations.py`.
+`grouped.py` (grouped-query attention), `position.py` (token + position
+embeddings), `rotary.py` (rotary positions), `block.py` with `encoder.py` and
+`decoder.py` (the blocks), `rotary_attention.py`, `normalization.py` (RMS),
+`feedforward.py` (SwiGLU) and `rotary_block.py` (the Llama-family block),
+`patch.py` (image patches), `heads.py` (what sits on the logits:
+`LogitsBias`, `exclude_padding_logit`), `activations.py`.
 """
 
 from keras_transformer.layers.activations import gelu_approximate
@@ -14,18 +16,26 @@ from keras_transformer.layers.attention import (
 )
 from keras_transformer.layers.decoder import DecoderBlock, TransformerDecoderBlock
 from keras_transformer.layers.encoder import TransformerEncoderBlock
+from keras_transformer.layers.feedforward import GatedFeedForward
 from keras_transformer.layers.heads import LogitsBias, exclude_padding_logit
 from keras_transformer.layers.masking import causal_mask
+from keras_transformer.layers.normalization import RMSNormalization
 from keras_transformer.layers.patch import PatchEmbedding
 from keras_transformer.layers.position import PositionalEmbedding, sinusoidal_encoding
 from keras_transformer.layers.rotary import RotaryEmbedding, rotary_inverse_frequencies
+from keras_transformer.layers.rotary_attention import RotaryAttention
+from keras_transformer.layers.rotary_block import RotaryDecoderBlock
 
 __all__ = [
     "DecoderBlock",
+    "GatedFeedForward",
     "LogitsBias",
     "MultiHeadAttention",
     "PatchEmbedding",
     "PositionalEmbedding",
+    "RMSNormalization",
+    "RotaryAttention",
+    "RotaryDecoderBlock",
     "RotaryEmbedding",
     "TransformerDecoderBlock",
     "TransformerEncoderBlock",

@@ -1,0 +1,229 @@
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from keras_transformer.models.decoding import empty_caches
+from tests.helpers import run_layer_test, run_model_saving_test, to_numpy
+
+# transformers' attention and decoder layer (make_llama_layers.py).
+FIXTURE = os.path.join(
+    os.path.dirname(__file__), os.pardir, "fixtures", "hf", "llama_layers.json"
+)
+with open(FIXTURE) as file:
+    REFERENCE = json.load(file)
+ATTENTION = {case["name"]: case for case in REFERENCE["attention"]}
+BIASES = {"llama_gqa": False, "qwen2_mqa_bias": "qkv", "mistral_window": False}
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).normal(size=shape).astype("float32")
+
+
+def load_attention(attention, weights, prefix=""):
+    """transformers' q/k/v/o_proj (out, in) weights into our EinsumDense
+    kernels (E, H, D) and (H, D, E)."""
+    for name, layer in [("q", attention.query_dense), ("k", attention.key_dense),
+                        ("v", attention.value_dense)]:  # fmt: skip
+        kernel = np.array(weights[f"{prefix}{name}_proj.weight"], "float32").T
+        layer.kernel.assign(kernel.reshape(layer.kernel.shape))
+        if layer.bias is not None:
+            bias = np.array(weights[f"{prefix}{name}_proj.bias"], "float32")
+            layer.bias.assign(bias.reshape(layer.bias.shape))
+    kernel = np.array(weights[f"{prefix}o_proj.weight"], "float32").T
+    attention.output_dense.kernel.assign(
+        kernel.reshape(attention.output_dense.kernel.shape)
+    )
+    assert (f"{prefix}o_proj.bias" in weights) == (
+        attention.output_dense.bias is not None
+    )
+
+
+def reference_attention(name):
+    case = ATTENTION[name]
+    attention = kt.layers.RotaryAttention(
+        case["num_heads"],
+        case["head_dim"],
+        num_key_value_heads=case["num_key_value_heads"],
+        rope_theta=case["rope_theta"],
+        sliding_window=case["sliding_window"],
+        attention_bias=BIASES[name],
+    )
+    x = np.array(case["x"], "float32")
+    attention(x)
+    load_attention(attention, case["weights"])
+    return attention, x, np.array(case["output"], "float32")
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION))
+def test_rotary_attention_equals_transformers(name):
+    attention, x, expected = reference_attention(name)
+    actual = to_numpy(attention(x, use_causal_mask=True))
+    np.testing.assert_allclose(actual, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION))
+def test_cached_decoding_equals_the_full_pass(name):
+    # A 3-token chunk (the einsum path), then one token per step (the
+    # product-and-sum path) through a 7-slot cache; Mistral's window (3) is
+    # shorter than the sequence, so it must hold over the cache too.
+    attention, x, expected = reference_attention(name)
+    heads, size = attention.num_key_value_heads, attention.key_dim
+    cache = np.zeros((2, 2, 7, heads, size), "float32")
+    out, cache = attention(x[:, :3], use_causal_mask=True, cache=cache,
+                           cache_update_index=0)  # fmt: skip
+    steps = [to_numpy(out)]
+    for i in range(3, 7):
+        out, cache = attention(x[:, i : i + 1], use_causal_mask=True, cache=cache,
+                               cache_update_index=i)  # fmt: skip
+        steps.append(to_numpy(out))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), expected, atol=1e-5)
+    # The cache holds the rotated keys: keys at their positions.
+    (k,) = attention._project(x, attention.key_dense)
+    rotated = attention.rotary_embedding(k)
+    np.testing.assert_allclose(to_numpy(cache[:, 0]), to_numpy(rotated), atol=1e-5)
+
+
+def test_sliding_window_sees_the_last_window_positions():
+    attention = kt.layers.RotaryAttention(2, 4, sliding_window=3)
+    x = rand(1, 6, 8)
+    _, scores = attention(x, use_causal_mask=True, return_attention_scores=True)
+    visible = to_numpy(scores)[0, 0] > 0
+    expected = np.array([[0 <= i - j < 3 for j in range(6)] for i in range(6)])
+    np.testing.assert_array_equal(visible, expected)
+    # Without a window, the same weights see every earlier position.
+    plain = kt.layers.RotaryAttention(2, 4)
+    plain(x)
+    plain.set_weights(attention.get_weights())
+    _, scores = plain(x, use_causal_mask=True, return_attention_scores=True)
+    np.testing.assert_array_equal(
+        to_numpy(scores)[0, 0] > 0, np.tril(np.ones((6, 6), bool))
+    )
+
+
+@pytest.mark.parametrize(
+    "attention_bias, biased",
+    [(False, []), (True, ["query", "key", "value", "attention_output"]),
+     ("qkv", ["query", "key", "value"])],
+)  # fmt: skip
+def test_bias_layouts(attention_bias, biased):
+    attention = kt.layers.RotaryAttention(4, 2, num_key_value_heads=2,
+                                          attention_bias=attention_bias)  # fmt: skip
+    attention(rand(1, 3, 8))
+    names = [
+        w.path.split("/")[-2] for w in attention.weights if w.path.endswith("bias")
+    ]
+    assert names == biased
+    kernels = [
+        w.path.split("/")[-2] for w in attention.weights if w.path.endswith("kernel")
+    ]
+    assert kernels == ["query", "key", "value", "attention_output"]
+
+
+def test_rotary_attention_config_and_keras_round_trip(tmp_path):
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8}  # fmt: skip
+    attention = kt.layers.RotaryAttention(
+        4, 4, num_key_value_heads=1, rope_theta=500.0, rope_scaling=scaling,
+        sliding_window=2, attention_bias="qkv",
+    )  # fmt: skip
+    x = rand(2, 5, 8)
+    run_layer_test(attention, x, use_causal_mask=True, expected_output_shape=(2, 5, 8))
+    config = attention.get_config()
+    assert config["rope_scaling"] == scaling and config["attention_bias"] == "qkv"
+    inputs = keras.Input((5, 8))
+    model = keras.Model(inputs, attention(inputs, use_causal_mask=True))
+    run_model_saving_test(model, x, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_heads": 4, "num_key_value_heads": 3},
+         "num_heads=4, num_key_value_heads=3"),
+        ({"num_heads": 2, "sliding_window": 0}, "sliding_window=0"),
+        ({"num_heads": 2, "attention_bias": "qk"}, "attention_bias='qk'"),
+        ({"num_heads": 2, "attention_bias": 1}, "attention_bias=1"),
+        ({"num_heads": 2, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+         "'yarn'"),
+        ({"num_heads": 2, "rope_theta": -1.0}, "rope_theta=-1.0"),
+    ],
+)  # fmt: skip
+def test_bad_arguments(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        kt.layers.RotaryAttention(key_dim=4, **kwargs)
+    kwargs = {"intermediate_dim": 8, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        kt.layers.RotaryDecoderBlock(head_dim=4, **kwargs)
+
+
+# ---- the decoder block ------------------------------------------------------
+
+
+def reference_block():
+    case = REFERENCE["decoder_layer"]
+    block = kt.layers.RotaryDecoderBlock(
+        case["num_heads"], case["intermediate_dim"],
+        num_key_value_heads=case["num_key_value_heads"], head_dim=case["head_dim"],
+        layer_norm_epsilon=case["epsilon"],
+    )  # fmt: skip
+    x = np.array(case["x"], "float32")
+    block(x)
+    weights = case["weights"]
+    load_attention(block.attention, weights, prefix="self_attn.")
+    block.attention_norm.scale.assign(weights["input_layernorm.weight"])
+    block.feedforward_norm.scale.assign(weights["post_attention_layernorm.weight"])
+    for name in ("gate", "up", "down"):
+        kernel = np.array(weights[f"mlp.{name}_proj.weight"], "float32").T
+        getattr(block.feedforward, name).kernel.assign(kernel)
+    return block, x, np.array(case["output"], "float32")
+
+
+def test_block_equals_transformers_llama_decoder_layer():
+    block, x, expected = reference_block()
+    np.testing.assert_allclose(to_numpy(block(x)), expected, atol=1e-5)
+    # head_dim 16 with hidden 32 and 4 heads: not hidden // heads.
+    assert tuple(block.attention.query_dense.kernel.shape) == (32, 4, 16)
+
+
+def test_block_cache_matches_and_padding_never_changes_real_positions():
+    block, x, expected = reference_block()
+    caches = empty_caches([block], np.zeros((2, 6), "int32"))
+    assert tuple(caches[0].shape) == (2, 2, 6, 2, 16)  # only the 2 kv heads
+    out, cache = block(x[:, :4], self_attention_cache=caches[0],
+                       self_attention_cache_update_index=0)  # fmt: skip
+    steps = [to_numpy(out)]
+    for i in range(4, 6):
+        out, cache = block(x[:, i : i + 1], self_attention_cache=cache,
+                           self_attention_cache_update_index=i)  # fmt: skip
+        steps.append(to_numpy(out))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), expected, atol=1e-5)
+    padding = np.array([[True] * 6, [True] * 3 + [False] * 3])
+    padded = to_numpy(block(x, padding_mask=padding))
+    np.testing.assert_allclose(padded[0], expected[0], atol=1e-5)
+    np.testing.assert_allclose(padded[1, :3], expected[1, :3], atol=1e-5)
+
+
+def test_block_config_and_keras_round_trip(tmp_path):
+    block = kt.layers.RotaryDecoderBlock(
+        4, 16, num_key_value_heads=2, rope_theta=100.0, sliding_window=3,
+        attention_bias="qkv", layer_norm_epsilon=1e-5, dropout=0.1,
+    )  # fmt: skip
+    x = rand(2, 5, 8)
+    run_layer_test(block, x, expected_output_shape=(2, 5, 8))
+    assert block.attention.key_dim == 2 and block.attention.sliding_window == 3
+    assert [layer.name for layer in block._layers[:4]] == [
+        "attention_norm", "attention", "feedforward_norm", "feedforward"
+    ]  # fmt: skip
+    inputs = keras.Input((5, 8))
+    run_model_saving_test(keras.Model(inputs, block(inputs)), x, tmp_path)
+
+
+def test_block_bad_hidden_size():
+    block = kt.layers.RotaryDecoderBlock(3, 8)
+    with pytest.raises(ValueError, match="hidden size 8, num_heads=3"):
+        block(rand(1, 2, 8))
