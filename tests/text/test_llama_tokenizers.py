@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.text import pretokenizers
+from keras_transformer.text import hf_llama, pretokenizers
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
 FOLDERS = os.path.join(HF, "tokenizers")
@@ -74,6 +74,16 @@ def test_words_are_the_pre_tokenizers_words(name, pattern):
     ):
         theirs = [bytes(TO_BYTE[c] for c in w).decode() for w in theirs]
         assert [w.decode() for w in mine] == theirs, repr(text)
+
+
+def test_ignore_merges_keeps_whole_words_as_tokenizers_does():
+    # Merges alone split "abc" as a + bc; Llama-3's ignore_merges keeps a
+    # word of the vocabulary whole.
+    case = REFERENCE["ignore_merges"]
+    tokenizer = hf_llama.byte_level(case["tokenizer"], "tokenizer.json")
+    ours = tokenizer(case["texts"]).to_list()
+    assert [[i - 1 for i in row] for row in ours] == case["ids"]
+    assert tokenizer.get_config()["ignore_merges"] is True
 
 
 def test_in_graph_keras_file_and_config_round_trip(folder, tmp_path):
