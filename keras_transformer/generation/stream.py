@@ -11,6 +11,7 @@ tokens are `generate`'s, position for position.
 Shape legend: B batch, L buffer length.
 """
 
+import time
 import weakref
 
 import numpy as np
@@ -21,6 +22,13 @@ from keras_transformer.generation.decode import check_generative, check_request
 from keras_transformer.generation.registry import get_sampler
 
 CHUNK_SIZE = 16  # positions per piece: few enough calls to keep the speed
+# With `piece_seconds`, pieces grow toward lasting this long: each piece
+# costs a few ms besides its decoding (calling the compiled chunk, reading
+# its tokens, the caller's detokenizing), so a fast model streams in fewer,
+# longer pieces, and a slow one keeps `chunk_size` (4 pieces a second at
+# most is still a live stream).
+PIECE_SECONDS = 0.25
+GROWTH = 8  # the most a piece grows over the one before
 
 _COMPILED = weakref.WeakKeyDictionary()
 
@@ -41,7 +49,13 @@ class ChunkedDecoding:
             (greedy, temperature, top_k, top_p; not beam search).
         end_token_id: None, an id, or a list of ids.
         seed: int seed of the samplers that draw.
-        chunk_size: positions per piece (>= 1).
+        chunk_size: positions per piece (>= 1); the first piece's, and the
+            fewest, with `piece_seconds`.
+        piece_seconds: None, or seconds: after a piece that took less (from
+            its start to the next piece's, the caller's work included), the
+            next piece has proportionally more positions (at most 8 times
+            as many), toward pieces of that duration. The tokens do not
+            depend on the pieces.
         **sampler_args: the sampler's arguments and options.
 
     Example:
@@ -66,6 +80,7 @@ class ChunkedDecoding:
         end_token_id=None,
         seed=None,
         chunk_size=CHUNK_SIZE,
+        piece_seconds=None,
         **sampler_args,
     ):
         check_generative(model, "model")
@@ -77,6 +92,16 @@ class ChunkedDecoding:
                 f"{type(sampler).__name__}. Received: sampler={sampler!r}"
             )
         validation.check_positive_int("chunk_size", chunk_size)
+        if piece_seconds is not None and (
+            isinstance(piece_seconds, bool)
+            or not isinstance(piece_seconds, int | float)
+            or piece_seconds <= 0
+        ):
+            raise ValueError(
+                "`piece_seconds` must be None or a positive number of seconds. "
+                f"Received: piece_seconds={piece_seconds!r}"
+            )
+        self.piece_seconds = piece_seconds
         self.request = check_request(
             model, inputs, max_new_tokens, sampler, end_token_id, seed
         )
@@ -109,6 +134,7 @@ class ChunkedDecoding:
         tokens = request["tokens"]
         state = self._begin(tokens, request["source"])
         index = request["start"]
+        started = time.perf_counter()
         while self.index < self.stop and not self._done.all():
             tokens, state, index, done = self._chunk(
                 tokens,
@@ -126,6 +152,20 @@ class ChunkedDecoding:
             self._done |= done.numpy()
             self.tokens = tokens.numpy()[:, : self.stop]
             yield self.tokens
+            now = time.perf_counter()
+            if self.piece_seconds is not None:
+                self.chunk_size = _grown(
+                    self.chunk_size, now - started, self.piece_seconds
+                )
+            started = now
+
+
+def _grown(size, seconds, target):
+    """The next piece's size after `size` positions took `seconds`: toward
+    `target` seconds, never smaller, at most `GROWTH` times larger."""
+    if seconds >= target:
+        return size
+    return int(min(GROWTH * size, max(size, size * target / max(seconds, 1e-9))))
 
 
 def compiled_chunk_fns(model, sampler):

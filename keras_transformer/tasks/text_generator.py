@@ -13,7 +13,11 @@ import numpy as np
 from keras_transformer import _validation as validation
 from keras_transformer.export import export_text_generator
 from keras_transformer.generation import generate, get_sampler
-from keras_transformer.generation.stream import CHUNK_SIZE, ChunkedDecoding
+from keras_transformer.generation.stream import (
+    CHUNK_SIZE,
+    PIECE_SECONDS,
+    ChunkedDecoding,
+)
 from keras_transformer.models import CausalLM
 from keras_transformer.tasks import inputs, text_stream
 from keras_transformer.tasks.base import Task
@@ -96,7 +100,7 @@ class TextGenerator(Task):
         repetition_penalty=None,
         return_full_text=False,
         stream=False,
-        stream_chunk_size=CHUNK_SIZE,
+        stream_chunk_size=None,
         **sampler_args,
     ):
         """Continues each prompt with up to `max_new_tokens` new tokens.
@@ -121,8 +125,8 @@ class TextGenerator(Task):
                 occurrence of any of them in its generated text (one
                 spanning several tokens, or ending inside one, included)
                 and is cut before it. Generation stops once every text has
-                one (checked every `stream_chunk_size` tokens; beam search
-                and speculative decoding only cut).
+                one (checked after every piece, see `stream_chunk_size`;
+                beam search and speculative decoding only cut).
             num_return_sequences: texts per prompt (sampling samplers: each
                 an independent draw; beam search: the best beams, at most
                 `num_beams`; as Hugging Face, greedy decoding gives one).
@@ -134,7 +138,11 @@ class TextGenerator(Task):
                 text `stream=False` returns; a piece never splits a
                 character.
             stream_chunk_size: tokens decoded between two pieces (and
-                between two stop-string checks).
+                between two stop-string checks). None (the default) starts
+                at 16 tokens and grows the pieces toward 0.25 s each (at
+                most 8 times per piece), so a fast model is not slowed by
+                many small pieces and a slow one still streams every 16
+                tokens; an int fixes the size.
             **sampler_args: the sampler's arguments (`temperature`, `top_k`,
                 `top_p`, `num_beams`, ...) and options
                 (`no_repeat_ngram_size`, `min_new_tokens`, ...).
@@ -158,7 +166,9 @@ class TextGenerator(Task):
         n = num_return_sequences
         validation.check_bool("return_full_text", return_full_text)
         validation.check_bool("stream", stream)
-        validation.check_positive_int("stream_chunk_size", stream_chunk_size)
+        validation.check_positive_int(
+            "stream_chunk_size", stream_chunk_size, allow_none=True
+        )
         if repetition_penalty is not None:
             sampler_args["repetition_penalty"] = repetition_penalty
         speculative = {k: sampler_args.pop(k) for k in SPECULATIVE if k in sampler_args}
@@ -257,7 +267,8 @@ class TextGenerator(Task):
             sampler,
             end_token_id=self.end_token_id,
             seed=seed,
-            chunk_size=chunk_size,
+            chunk_size=chunk_size or CHUNK_SIZE,
+            piece_seconds=PIECE_SECONDS if chunk_size is None else None,
         )
         self._last_decoding = decoding  # for tests: the steps it ran
         yield from text_stream.run(

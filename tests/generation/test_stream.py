@@ -56,7 +56,24 @@ def test_finished_rows_stop_and_the_others_do_not_change(gpt):
     assert decoding.steps == 2
 
 
+def test_pieces_grow_while_they_are_fast(gpt):
+    expected = kt.generation.generate(gpt, PROMPTS, 14, sampler="top_k", seed=2)
+    # Every piece is far faster than a day: 1, 8, 64 (the last 9) positions.
+    decoding = ChunkedDecoding(
+        gpt, PROMPTS, 14, sampler="top_k", seed=2, chunk_size=1, piece_seconds=86400
+    )
+    indices = [decoding.index for _ in decoding]
+    assert indices == [2, 10, 19]
+    np.testing.assert_array_equal(decoding.tokens, expected)
+    # No piece is faster than a nanosecond: the size stays.
+    decoding = ChunkedDecoding(gpt, PROMPTS, 14, chunk_size=6, piece_seconds=1e-9)
+    assert [decoding.index for _ in decoding] == [7, 13, 19]
+
+
 def test_bad_arguments(gpt):
+    for bad in [0, -1.0, True, "1"]:
+        with pytest.raises(ValueError, match=f"piece_seconds={bad!r}"):
+            ChunkedDecoding(gpt, PROMPTS, 4, piece_seconds=bad)
     with pytest.raises(ValueError, match="BeamSampler"):
         ChunkedDecoding(gpt, PROMPTS, 4, sampler="beam")
     with pytest.raises(ValueError, match="chunk_size=0"):

@@ -273,6 +273,11 @@ def test_stream_pieces_join_to_the_generated_text(generator, settings):
         PROMPTS[0], max_new_tokens=NEW, stream=True, return_full_text=True, **settings
     )
     assert "".join(full) == PROMPTS[0] + expected
+    # The default pieces (16 tokens, growing while fast) join to it too.
+    default = generator.generate(PROMPTS[0], max_new_tokens=24, stream=True, **settings)
+    assert "".join(default) == generator.generate(
+        PROMPTS[0], max_new_tokens=24, **settings
+    )
 
 
 def test_a_piece_never_splits_a_character(generator):
