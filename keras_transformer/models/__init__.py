@@ -2,7 +2,8 @@
 factories and presets.
 
 Each family is one module: `bert.py` (`BERT`; its heads in `bert_heads.py`),
-`gpt.py` (`GPT2`), `seq2seq.py` (`Seq2Seq`), `vit.py` (`ViT`). `base.py`
+`gpt.py` (`GPT2`), `llama.py` (`Llama`: Llama, Mistral, Qwen2),
+`seq2seq.py` (`Seq2Seq`), `vit.py` (`ViT`). `base.py`
 holds what every class shares (size checks, the initializer, the config with
 its dtype policy, presets: `presets.py`), `decoding.py` the small protocol
 (`CausalLM`, `Seq2SeqLM`) that generation and export decode through.
@@ -19,6 +20,7 @@ from keras_transformer.models.bert_heads import (
 )
 from keras_transformer.models.decoding import CausalLM, Seq2SeqLM
 from keras_transformer.models.gpt import GPT2, gpt2
+from keras_transformer.models.llama import Llama, llama
 from keras_transformer.models.presets import PRESETS
 from keras_transformer.models.seq2seq import Seq2Seq, seq2seq
 from keras_transformer.models.vit import ViT, vit
@@ -32,6 +34,7 @@ __all__ = [
     "BERTFeatureExtractor",
     "BERTMaskedLM",
     "GPT2",
+    "Llama",
     "PRESETS",
     "CausalLM",
     "Seq2Seq",
@@ -43,6 +46,7 @@ __all__ = [
     "bert_masked_lm",
     "from_pretrained",
     "gpt2",
+    "llama",
     "save_pretrained",
     "seq2seq",
     "vit",

@@ -9,7 +9,11 @@ paper (37k shared BPE vocabulary, output projection tied to the shared
 embedding, as here; we count 63.1M: the paper's figure is rounded and its
 vocabulary approximate). ViT-B/16 and ViT-L/16 at 224×224 with 1000
 classes count 86,567,656 and 304,326,632 (the ViT paper's Table 1 lists
-86M and 307M).
+86M and 307M). The `"llama"` family's presets are the configurations of
+SmolLM2-135M, Qwen2.5-0.5B, TinyLlama-1.1B, Llama-3.2-1B and Mistral-7B-v0.1
+(their vocabularies + 1, our padding id 0), counting what transformers counts
+for them: `kt.models.Llama.parameter_count` computes each from its config
+without making the weights.
 """
 
 
@@ -33,6 +37,28 @@ def _vit_sizes(image_size, patch_size, num_classes, num_layers, hidden_dim, num_
         num_heads=num_heads,
         hidden_dim=hidden_dim,
         intermediate_dim=4 * hidden_dim,
+    )
+
+
+def _llama_sizes(
+    vocabulary_size,
+    num_layers,
+    num_heads,
+    num_key_value_heads,
+    hidden_dim,
+    intermediate_dim,
+    max_sequence_length,
+    **options,
+):
+    return dict(
+        vocabulary_size=vocabulary_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_key_value_heads=num_key_value_heads,
+        hidden_dim=hidden_dim,
+        intermediate_dim=intermediate_dim,
+        max_sequence_length=max_sequence_length,
+        **options,
     )
 
 
@@ -91,5 +117,90 @@ PRESETS = {
         "family": "vit",
         "config": _vit_sizes(224, 16, 1000, 24, 1024, 16),
         "parameters": 304_326_632,
+    },
+    # Llama, Mistral and Qwen2 checkpoints' sizes; a tiny one for tests.
+    "llama_tiny": {
+        "family": "llama",
+        "config": _llama_sizes(513, 2, 4, 2, 64, 128, 256),
+        "parameters": 139_584,
+    },
+    "smollm2_135m": {
+        "family": "llama",
+        "config": _llama_sizes(
+            49153,
+            30,
+            9,
+            3,
+            576,
+            1536,
+            8192,
+            rope_theta=100000.0,
+            tie_word_embeddings=True,
+            layer_norm_epsilon=1e-5,
+        ),  # fmt: skip
+        "parameters": 134_515_008,
+    },
+    "qwen2_5_0_5b": {
+        "family": "llama",
+        "config": _llama_sizes(
+            151937,
+            24,
+            14,
+            2,
+            896,
+            4864,
+            32768,
+            rope_theta=1000000.0,
+            attention_bias="qkv",
+            tie_word_embeddings=True,
+            layer_norm_epsilon=1e-6,
+        ),  # fmt: skip
+        "parameters": 494_032_768,
+    },
+    "tinyllama_1_1b": {
+        "family": "llama",
+        "config": _llama_sizes(
+            32001, 22, 32, 4, 2048, 5632, 2048, layer_norm_epsilon=1e-5
+        ),
+        "parameters": 1_100_048_384,
+    },
+    "llama3_2_1b": {
+        "family": "llama",
+        "config": _llama_sizes(
+            128257,
+            16,
+            32,
+            8,
+            2048,
+            8192,
+            131072,
+            head_dim=64,
+            rope_theta=500000.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 32.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+            tie_word_embeddings=True,
+            layer_norm_epsilon=1e-5,
+        ),  # fmt: skip
+        "parameters": 1_235_814_400,
+    },
+    "mistral_7b": {
+        "family": "llama",
+        "config": _llama_sizes(
+            32001,
+            32,
+            32,
+            8,
+            4096,
+            14336,
+            32768,
+            sliding_window=4096,
+            layer_norm_epsilon=1e-5,
+        ),  # fmt: skip
+        "parameters": 7_241_732_096,
     },
 }

@@ -6,9 +6,9 @@ A family module exposes `MODEL_TYPES` (the config `model_type`s it reads),
 `save(model, path, tokenizer)`. Registering one is adding it to `FAMILIES`.
 """
 
-from keras_transformer.pretrained import bert, gpt2, seq2seq, vit
+from keras_transformer.pretrained import bert, gpt2, llama, seq2seq, vit
 
-FAMILIES = (bert, gpt2, seq2seq, vit)
+FAMILIES = (bert, gpt2, llama, seq2seq, vit)
 LOADERS = {
     model_type: family.load for family in FAMILIES for model_type in family.MODEL_TYPES
 }

@@ -1,6 +1,8 @@
-"""GPT-2's byte-level BPE tokenizer, in-graph on TensorFlow ops.
+"""Byte-level BPE tokenizers (GPT-2's, and Qwen2's and Llama-3's from a
+`tokenizer.json`), in-graph on TensorFlow ops.
 
-Text is split into words by GPT-2's pattern, each word's UTF-8 bytes start
+Text is split into words by GPT-2's pattern (or the regex a `tokenizer.json`
+declares, `pretokenizers.py`), each word's UTF-8 bytes start
 as one token each, and the adjacent pair with the lowest merge rank is
 merged everywhere in the word until no pair has a rank. Every step is a
 tensor op over all the (unique) words of a batch at once, so the tokenizer
@@ -116,7 +118,8 @@ def _all_strings(values):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class BytePairTokenizer(ChatTemplateMixin, Tokenizer):
-    """GPT-2's byte-level BPE (`vocab.json` + `merges.txt`) as a Keras layer.
+    """Byte-level BPE (GPT-2's `vocab.json` + `merges.txt`, or a Qwen2 /
+    Llama-3 `tokenizer.json`) as a Keras layer.
 
     Gives the ids of Hugging Face's `GPT2Tokenizer` plus one (id 0 is
     padding here): words are split as GPT-2 splits them (contractions,
@@ -125,7 +128,11 @@ class BytePairTokenizer(ChatTemplateMixin, Tokenizer):
     has ids (there is no unknown token), and `detokenize` gives back exactly
     the text that was tokenized. Special tokens written in the text
     (`"<|endoftext|>"`) are split like any text, so input cannot forge
-    them; their ids come from `token_to_id`. Runs in-graph: in
+    them; their ids come from `token_to_id`. With `split_pattern`,
+    `normalization`, `added_tokens` and `ignore_merges` (what
+    `kt.text.tokenizer_from_pretrained` reads from a Qwen2 or Llama-3
+    folder) it gives that folder's ids plus one, its added tokens matched
+    whole as transformers matches them. Runs in-graph: in
     `tf.data.Dataset.map`, in `tf.function` and in SavedModels.
 
     Args:

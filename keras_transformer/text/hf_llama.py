@@ -32,6 +32,9 @@ SPECIAL_NAMES = (
 )
 # transformers' classes that rebuild a SentencePiece pipeline from the files.
 SENTENCEPIECE_CLASSES = ("LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaTokenizer")
+# Classes that rebuild GPT-2's pipeline (transformers 5 keeps only the
+# vocabulary, merges and post-processor of `tokenizer.json`): SmolLM2's.
+GPT2_CLASSES = ("GPT2Tokenizer", "GPT2TokenizerFast")
 
 
 def from_folder(path):
@@ -48,6 +51,8 @@ def from_folder(path):
     )
     if sentencepiece:
         return _sentencepiece(path, config, data, chat)
+    if config.get("tokenizer_class") in GPT2_CLASSES:
+        data = {**data, "normalizer": None, "pre_tokenizer": {"type": "ByteLevel"}}
     return byte_level(data, os.path.join(path, TOKENIZER), config, chat)
 
 

@@ -10,7 +10,8 @@ which is what recent `transformers` versions write. Marian folders
 (`source.spm`, `target.spm`, `vocab.json`) give a source and a target
 `SentencePieceTokenizer` whose ids are `vocab.json`'s plus one; BART
 folders a `BytePairTokenizer` that puts `<s>` and `</s>` around each text,
-as `BartTokenizer` does, with ids plus one.
+as `BartTokenizer` does, with ids plus one. Llama, Mistral and Qwen2
+folders (by `config.json`'s `model_type`) are read by `hf_llama.py`.
 """
 
 import json
@@ -44,7 +45,8 @@ def tokenizer_from_pretrained(path):
             `strip_accents` are followed; lower-casing defaults to True, as
             in `BertTokenizer`), a GPT-2 `vocab.json` and `merges.txt`, or a
             WordPiece or byte-level BPE `tokenizer.json` (what recent
-            `transformers` versions write).
+            `transformers` versions write); or a Llama, Mistral or Qwen2
+            folder (`model_type` in `config.json`).
 
     Returns:
         A `kt.text.WordPieceTokenizer` giving the ids `BertTokenizer` gives,
@@ -57,7 +59,14 @@ def tokenizer_from_pretrained(path):
         `>>lang<<` codes of multilingual models are not reproduced). None
         truncates: cut ids to the model's length with
         `tokenizer.truncate(ids, model.max_sequence_length)`, which keeps
-        `</s>`, as `truncation=True` does.
+        `</s>`, as `truncation=True` does. A Llama / Mistral folder with a
+        `tokenizer.model` gives a `kt.text.LlamaTokenizer`, a Qwen2 or
+        Llama-3 `tokenizer.json` a `kt.text.BytePairTokenizer`: the ids of
+        transformers' tokenizer plus one (the folder's begin-of-text token
+        first where it puts one; its added tokens typed in the text are
+        those tokens), and `detokenize` its `decode(...,
+        skip_special_tokens=True)`; both carry the folder's chat template
+        (`apply_chat_template`).
 
     Raises:
         FileNotFoundError: `path` has none of these files.
