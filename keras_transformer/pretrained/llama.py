@@ -1,0 +1,365 @@
+"""Hugging Face Llama, Mistral and Qwen2 checkpoints (`model_type: llama`,
+`LlamaForCausalLM`; `mistral`, `MistralForCausalLM`; `qwen2`,
+`Qwen2ForCausalLM`) <-> `kt.models.Llama`.
+
+The three families are one architecture with options: Mistral adds a
+sliding attention window, Qwen2 biases on the query, key and value
+projections (and optionally a window on its upper layers, which we compute
+only when it covers every layer). Loading is a renaming and re-shaping of
+tensors:
+
+- torch's `nn.Linear` weights are `(out, in)`; Keras kernels are `(in,
+  out)`, and the attention projections are split per head: query `(E,
+  H, D)`, key and value `(E, Hkv, D)`, output `(H, D, E)`;
+- ids: our ids are the checkpoint's plus one (id 0 is padding), as for
+  GPT-2; the token table holds exactly the checkpoint's rows, looked up at
+  id - 1, so no row is added or dropped.
+
+`dtype="bfloat16"` (or `"float16"`) builds the model under that dtype
+policy and keeps the stored weights in it; bfloat16 files are memory-mapped
+and never upcast on the way. A config value that we do not compute exactly
+is refused, naming the key and the value, before any weight is read.
+
+transformers 5 writes rope settings in `rope_parameters` (with
+`rope_theta` inside); older folders in `rope_theta` and `rope_scaling`.
+Both are read, as transformers reads them (`rope_scaling` first), and
+`save` writes both, so that transformers 4 and 5 read the folder alike.
+
+Shape legend: V the checkpoint's vocabulary size, E hidden size, H query
+heads, Hkv key/value heads, D head size, F feed-forward size.
+"""
+
+from keras_transformer.models.base import global_dtype_policy, placeholder_weights
+from keras_transformer.models.llama import Llama
+from keras_transformer.pretrained import checkpoint
+
+# What the registry dispatches on.
+MODEL_TYPES = ("llama", "mistral", "qwen2")
+CLASSES = (Llama,)
+ARCHITECTURES = {
+    "llama": ("LlamaForCausalLM",),
+    "mistral": ("MistralForCausalLM",),
+    "qwen2": ("Qwen2ForCausalLM",),
+}
+NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
+# transformers' defaults for keys a config.json may lack, per family.
+DEFAULTS = {
+    "llama": dict(max_position_embeddings=2048, sliding_window=None),
+    "mistral": dict(
+        max_position_embeddings=4096 * 32, num_key_value_heads=8, sliding_window=4096
+    ),
+    "qwen2": dict(
+        max_position_embeddings=32768,
+        num_key_value_heads=32,
+        sliding_window=4096,
+        use_sliding_window=False,
+        max_window_layers=28,
+    ),
+}
+# Config values we compute exactly: key -> the allowed values (the first
+# is the default).
+REQUIRED = {
+    "hidden_act": ("silu",),
+    "mlp_bias": (False,),
+    "attention_dropout": (0.0,),
+    "quantization_config": (None,),
+}
+DTYPES = ("float32", "bfloat16", "float16")
+# The rope types we compute, and the keys each reads.
+ROPE_KEYS = {
+    "default": (),
+    "linear": ("factor",),
+    "llama3": (
+        "factor",
+        "low_freq_factor",
+        "high_freq_factor",
+        "original_max_position_embeddings",
+    ),
+}
+SAME = checkpoint.SAME
+TRANSPOSE = (lambda w: w.T, lambda w: w.T)  # torch (out, in) <-> Keras (in, out)
+
+
+def load(path, dtype=None):
+    """Our `Llama` of a Llama, Mistral or Qwen2 folder, weights in place.
+
+    `dtype`: None or `"float32"` (float32 weights, whatever the file
+    holds), `"bfloat16"` or `"float16"` (the model built under that dtype
+    policy, its weights in it)."""
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(
+            f"`dtype` must be None or one of {list(DTYPES)}. Received: dtype={dtype!r}"
+        )
+    config = checkpoint.read_config(path)
+    arguments = config_to_arguments(config)  # checks, before reading weights
+    return build(arguments, checkpoint.read_weights(path, dtype=None), dtype)
+
+
+def save(model, path, tokenizer=None):
+    """Writes a `Llama` as a Llama, Mistral or Qwen2 folder (the family
+    that computes what it computes), weights in their dtype."""
+    if tokenizer is not None:
+        raise ValueError(
+            "Writing the tokenizer of a Llama, Mistral or Qwen2 folder is not "
+            "supported yet: save the model alone and copy the tokenizer files "
+            f"of the folder it came from. Received: tokenizer={tokenizer!r}"
+        )
+    config, tensors = export(model)
+    return checkpoint.write_folder(path, config, tensors)
+
+
+def rope_settings(config):
+    """`(rope_theta, rope_scaling)` of a config, read as transformers reads
+    them: `rope_scaling` (older folders) before `rope_parameters`
+    (transformers 5), `rope_theta` inside them before the top-level one."""
+    key = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
+    received = f"Received: {key}={config.get(key)!r}"
+    rope = dict(config.get(key) or {})
+    kind = rope.pop("rope_type", rope.pop("type", "default"))
+    if kind not in ROPE_KEYS:
+        raise ValueError(
+            f"This checkpoint's rope type is not supported (supported: "
+            f"{list(ROPE_KEYS)}). {received}"
+        )
+    theta = float(rope.pop("rope_theta", config.get("rope_theta", 10000.0)))
+    factor = rope.pop("partial_rotary_factor", config.get("partial_rotary_factor"))
+    if factor not in (None, 1.0):
+        raise ValueError(
+            "This checkpoint rotates only part of each head, which is not "
+            f"supported. Received: partial_rotary_factor={factor!r}"
+        )
+    if kind == "llama3":  # transformers' default for the pretraining length
+        rope.setdefault(
+            "original_max_position_embeddings", config["max_position_embeddings"]
+        )
+    unknown = sorted(set(rope) - set(ROPE_KEYS[kind]))
+    if unknown:
+        raise ValueError(
+            f"This checkpoint's {kind!r} rope settings have keys we do not "
+            f"compute ({unknown}). {received}"
+        )
+    return theta, None if kind == "default" else {"rope_type": kind, **rope}
+
+
+def window(config, model_type):
+    """The sliding window of every layer (None: full attention), or a
+    ValueError when only some layers have one."""
+    size = config["sliding_window"]
+    if model_type == "llama" or size is None:
+        return None
+    if model_type == "mistral":
+        return size
+    # Qwen2: a window only with use_sliding_window, on the layers from
+    # max_window_layers on (or as layer_types lists them).
+    if not config["use_sliding_window"]:
+        return None
+    layers = config["num_hidden_layers"]
+    kinds = config.get("layer_types") or [
+        "sliding_attention" if i >= config["max_window_layers"] else "full_attention"
+        for i in range(layers)
+    ]
+    if set(kinds) == {"full_attention"}:
+        return None
+    if set(kinds) == {"sliding_attention"}:
+        return size
+    raise ValueError(
+        "This Qwen2 checkpoint slides its attention window on some layers "
+        "only; kt.models.Llama applies one window to all or none. Received: "
+        f"max_window_layers={config['max_window_layers']!r}, "
+        f"layer_types={config.get('layer_types')!r}, num_hidden_layers={layers}"
+    )
+
+
+def config_to_arguments(config):
+    """`Llama` constructor arguments from a Hugging Face `config.json`."""
+    model_type = config.get("model_type")
+    name = NAMES[model_type]
+    checkpoint.check_architecture(config, name, ARCHITECTURES[model_type])
+    checkpoint.check_supported(config, name, REQUIRED)
+    config = {**DEFAULTS[model_type], **config}
+    heads = config["num_attention_heads"]
+    theta, scaling = rope_settings(config)
+    if model_type == "qwen2":
+        bias = "qkv"
+    else:
+        bias = bool(config.get("attention_bias", False)) and model_type == "llama"
+    return dict(
+        vocabulary_size=config["vocab_size"] + 1,  # + our padding id 0
+        num_layers=config["num_hidden_layers"],
+        num_heads=heads,
+        num_key_value_heads=config.get("num_key_value_heads") or heads,
+        hidden_dim=config["hidden_size"],
+        intermediate_dim=config["intermediate_size"],
+        head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+        max_sequence_length=config["max_position_embeddings"],
+        rope_theta=theta,
+        rope_scaling=scaling,
+        sliding_window=window(config, model_type),
+        attention_bias=bias,
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        layer_norm_epsilon=config.get("rms_norm_eps", 1e-6),
+    )
+
+
+def family_of(model):
+    """The `model_type` that computes what `model` computes, or a
+    ValueError."""
+    if model.attention_bias == "qkv":
+        return "qwen2"
+    if model.sliding_window is None:
+        return "llama"
+    if not model.attention_bias:
+        return "mistral"
+    raise ValueError(
+        "No Hugging Face family has both a sliding window and biases on all "
+        f"four attention projections. Received: model={model!r} with "
+        f"sliding_window={model.sliding_window}, "
+        f"attention_bias={model.attention_bias!r}"
+    )
+
+
+def arguments_to_config(model, dtype):
+    """The Hugging Face `config.json` of a `Llama` (its weights in
+    `dtype`), with the keys transformers 5 writes for the family."""
+    model_type = family_of(model)
+    rope = {"rope_theta": model.rope_theta, "rope_type": "default"}
+    if model.rope_scaling is not None:
+        scaling = dict(model.rope_scaling)
+        scaling.pop("type", None)
+        rope.update(scaling)
+    config = {
+        "architectures": list(ARCHITECTURES[model_type][:1]),
+        "model_type": model_type,
+        "vocab_size": model.vocabulary_size - 1,
+        "hidden_size": model.hidden_dim,
+        "intermediate_size": model.intermediate_dim,
+        "num_hidden_layers": model.num_layers,
+        "num_attention_heads": model.num_heads,
+        "num_key_value_heads": model.num_key_value_heads,
+        "head_dim": model.head_dim or model.hidden_dim // model.num_heads,
+        "max_position_embeddings": model.max_sequence_length,
+        "rms_norm_eps": model.layer_norm_epsilon,
+        "hidden_act": "silu",
+        "attention_dropout": 0.0,
+        "tie_word_embeddings": bool(model.tie_word_embeddings),
+        "rope_parameters": rope,
+        # transformers 4 reads these two instead of rope_parameters.
+        "rope_theta": model.rope_theta,
+        "rope_scaling": None if model.rope_scaling is None else rope,
+        "dtype": dtype,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "pad_token_id": None,
+        "bos_token_id": None,
+        "eos_token_id": None,
+    }
+    if model_type == "llama":
+        config.update(
+            attention_bias=bool(model.attention_bias), mlp_bias=False, pretraining_tp=1
+        )
+    elif model_type == "mistral":
+        config["sliding_window"] = model.sliding_window
+    else:
+        if config["head_dim"] == model.hidden_dim // model.num_heads:
+            del config["head_dim"]  # Qwen2Config has none; transformers derives it
+        sliding = model.sliding_window is not None
+        config.update(
+            sliding_window=model.sliding_window,
+            use_sliding_window=sliding,
+            # transformers' default when no layer slides; 0: all slide.
+            max_window_layers=0 if sliding else 28,
+            layer_types=[("sliding" if sliding else "full") + "_attention"]
+            * model.num_layers,
+        )
+    return config
+
+
+def _pairs(model):
+    """`(Hugging Face name, our variable, (to ours, to theirs))` for every
+    tensor of a `Llama`."""
+    size = model.head_dim or model.hidden_dim // model.num_heads
+    query, query_bias, output = checkpoint.head_converters(model.num_heads, size)
+    key, key_bias, _ = checkpoint.head_converters(model.num_key_value_heads, size)
+    pairs = [("model.embed_tokens.weight", model.token_embedding.embeddings, SAME)]
+    for i, block in enumerate(model.blocks):
+        prefix = f"model.layers.{i}"
+        attention = block.attention
+        projections = [
+            ("q_proj", attention.query_dense, query, query_bias),
+            ("k_proj", attention.key_dense, key, key_bias),
+            ("v_proj", attention.value_dense, key, key_bias),
+            ("o_proj", attention.output_dense, output, SAME),
+        ]
+        pairs.append(
+            (f"{prefix}.input_layernorm.weight", block.attention_norm.scale, SAME)
+        )
+        for name, layer, kernel, bias in projections:
+            pairs.append((f"{prefix}.self_attn.{name}.weight", layer.kernel, kernel))
+            if layer.bias is not None:
+                pairs.append((f"{prefix}.self_attn.{name}.bias", layer.bias, bias))
+        pairs.append(
+            (
+                f"{prefix}.post_attention_layernorm.weight",
+                block.feedforward_norm.scale,
+                SAME,
+            )
+        )
+        for name in ("gate", "up", "down"):
+            layer = getattr(block.feedforward, name)
+            pairs.append((f"{prefix}.mlp.{name}_proj.weight", layer.kernel, TRANSPOSE))
+    pairs.append(("model.norm.weight", model.final_norm.scale, SAME))
+    if not model.tie_word_embeddings:
+        pairs.append(("lm_head.weight", model.lm_head.kernel, TRANSPOSE))
+    return pairs
+
+
+def _key(weights, name):
+    if name in weights:
+        return name
+    raise ValueError(
+        f"The checkpoint has no tensor {name!r}; it does not look like a "
+        "checkpoint of its config.json's sizes."
+    )
+
+
+def _in_dtype(pairs):
+    """`pairs` whose `to ours` casts to the variable's dtype (a bfloat16
+    file into float32 variables is upcast exactly)."""
+    cast = []
+    for name, variable, (to_ours, to_theirs) in pairs:
+        dtype = checkpoint.numpy_dtype(variable.dtype)
+        cast.append(
+            (
+                name,
+                variable,
+                (lambda w, f=to_ours, d=dtype: f(w).astype(d, copy=False), to_theirs),
+            )
+        )
+    return cast
+
+
+def build(arguments, weights, dtype=None):
+    """Our `Llama` of checked constructor `arguments` and a checkpoint's
+    tensors, built under `dtype` (None: float32)."""
+    with global_dtype_policy(dtype or "float32"), placeholder_weights():
+        model = Llama(**arguments)
+    ignored = ()
+    if model.tie_word_embeddings and "lm_head.weight" in weights:
+        head = weights["lm_head.weight"]
+        embedding = weights[_key(weights, "model.embed_tokens.weight")]
+        if head.shape != embedding.shape or not (head == embedding).all():
+            raise ValueError(
+                "The checkpoint's 'lm_head.weight' differs from its token "
+                "embedding, but its config.json ties them "
+                "(tie_word_embeddings=True)."
+            )
+        ignored = ("lm_head.weight",)
+    checkpoint.assign(_in_dtype(_pairs(model)), weights, _key, ignored)
+    return model
+
+
+def export(model):
+    """`(config, tensors)` of a `Llama` in Hugging Face's names and
+    layouts, the tensors in the model's weights' dtype."""
+    dtype = model.token_embedding.embeddings.dtype
+    return arguments_to_config(model, dtype), checkpoint.tensors(_pairs(model))
