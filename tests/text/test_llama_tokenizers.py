@@ -54,7 +54,7 @@ def test_vocabulary_and_special_tokens(folder):
     assert tokenizer.id_to_token(0) == "[PAD]"
     assert tokenizer.special_tokens_map == ref["special_tokens_map"]
     bos = {"llama_sp": "<s>", "llama3_bpe": "<|begin_of_text|>"}.get(name)
-    assert tokenizer.bos_token == bos[name] and tokenizer.eos_token is None
+    assert tokenizer.bos_token == bos and tokenizer.eos_token is None
     # Special tokens typed in the text are those tokens, as in transformers.
     end = ref["special_tokens_map"]["eos_token"]
     ids = tokenizer(f"a{end}").numpy().tolist()
