@@ -45,6 +45,11 @@ def from_folder(path):
         "chat_template": _chat_template(path, config),
         "special_tokens_map": _special_tokens_map(path, config),
     }
+    if data is None and not os.path.isfile(os.path.join(path, SPM)):
+        raise FileNotFoundError(
+            f"`path` must be a checkpoint folder with a {TOKENIZER} or a {SPM} "
+            f"(it has neither). Received: path={path!r}"
+        )
     model = (data or {}).get("model") or {}
     sentencepiece = config.get("tokenizer_class") in SENTENCEPIECE_CLASSES or (
         data is None or model.get("byte_fallback")

@@ -178,6 +178,19 @@ def test_unsupported_files_are_refused(tmp_path):
         kt.text.LlamaTokenizer(spm, added_tokens=["<x>"])
 
 
+def test_folders_without_tokenizer_or_too_large_are_refused(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "mistral"}')
+    with pytest.raises(FileNotFoundError, match="tokenizer.json or a tokenizer.model"):
+        kt.text.tokenizer_from_pretrained(tmp_path)
+    for name in ("llama_sp", "qwen2_bpe"):
+        target = tmp_path / name
+        shutil.copytree(os.path.join(FOLDERS, name), target)
+        config = {"model_type": "qwen2", "vocab_size": 500}
+        (target / "config.json").write_text(json.dumps(config))
+        with pytest.raises(ValueError, match="512 tokens, more than.*vocab_size=500"):
+            kt.text.tokenizer_from_pretrained(target)
+
+
 def test_normalizing_sentencepiece_models_are_refused():
     proto = kt.text.train_sentencepiece(["a b c", "b c a"] * 10, 270)  # nmt_nfkc
     with pytest.raises(ValueError, match="normalizes text"):
