@@ -134,7 +134,19 @@ def _strftime_now(format):
 
 class ChatTemplateMixin:
     """`apply_chat_template` for a tokenizer with a `chat_template` (or
-    None) and a `special_tokens_map` attribute."""
+    None) and a `special_tokens_map` attribute.
+
+    Example:
+
+    >>> import keras_transformer as kt
+    >>> bytes_ = kt.text.bytes_to_unicode().values()
+    >>> tokenizer = kt.text.BytePairTokenizer(
+    ...     {c: i for i, c in enumerate(bytes_)}, [],
+    ...     chat_template="{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+    ...     "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+    >>> tokenizer.apply_chat_template([{"role": "user", "content": "hi"}])
+    '<user>hi<assistant>'
+    """
 
     def apply_chat_template(self, messages, add_generation_prompt=True, **kwargs):
         """The prompt text of a conversation, rendered by this tokenizer's
