@@ -18,9 +18,10 @@ with open(os.path.join(FOLDERS, "reference.json"), encoding="utf-8") as f:
     REFERENCE = json.load(f)
 
 
-@pytest.fixture(
-    scope="module", params=["llama_sp", "qwen2_bpe", "llama3_bpe", "smollm2_bpe"]
-)
+NAMES = ["llama_sp", "llama_sp_model_only", "qwen2_bpe", "llama3_bpe", "smollm2_bpe"]
+
+
+@pytest.fixture(scope="module", params=NAMES)
 def folder(request):
     name = request.param
     return name, kt.text.tokenizer_from_pretrained(os.path.join(FOLDERS, name))

@@ -16,7 +16,7 @@ from keras_transformer.text import hf_llama, pretokenizers
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
 FOLDERS = os.path.join(HF, "tokenizers")
-NAMES = ["llama_sp", "qwen2_bpe", "llama3_bpe", "smollm2_bpe"]
+NAMES = ["llama_sp", "llama_sp_model_only", "qwen2_bpe", "llama3_bpe", "smollm2_bpe"]
 with open(os.path.join(FOLDERS, "reference.json"), encoding="utf-8") as f:
     REFERENCE = json.load(f)
 TO_BYTE = {c: b for b, c in kt.text.bytes_to_unicode().items()}
@@ -53,7 +53,8 @@ def test_vocabulary_and_special_tokens(folder):
     assert tokenizer.vocabulary_size() == ref["vocab_size"] + 1
     assert tokenizer.id_to_token(0) == "[PAD]"
     assert tokenizer.special_tokens_map == ref["special_tokens_map"]
-    bos = {"llama_sp": "<s>", "llama3_bpe": "<|begin_of_text|>"}.get(name)
+    bos = {"llama_sp": "<s>", "llama_sp_model_only": "<s>"}.get(name)
+    bos = bos or {"llama3_bpe": "<|begin_of_text|>"}.get(name)
     assert tokenizer.bos_token == bos and tokenizer.eos_token is None
     # Special tokens typed in the text are those tokens, as in transformers.
     end = ref["special_tokens_map"]["eos_token"]
