@@ -270,11 +270,16 @@ class BytePairTokenizer(ChatTemplateMixin, Tokenizer):
                 )
         # A word's bytes -> its token: added tokens, and with ignore_merges
         # every token (a word is never an added token's text).
-        whole = self.added_tokens + (tokens if self.ignore_merges else [])
+        whole = {}  # the first token of the same bytes wins, as in the table
+        for token in self.added_tokens + (tokens if self.ignore_merges else []):
+            whole.setdefault(token_bytes[self._token_to_id[token]], token)
+        whole = whole or {b"": None}  # a table cannot be empty; no word is ""
         self._whole = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
-                tf.constant([token_bytes[self._token_to_id[t]] for t in whole] or [""]),
-                tf.constant([self._token_to_id[t] for t in whole] or [-1], tf.int64),
+                tf.constant(list(whole)),
+                tf.constant(
+                    [self._token_to_id.get(t, -1) for t in whole.values()], tf.int64
+                ),
             ),
             default_value=-1,
         )
