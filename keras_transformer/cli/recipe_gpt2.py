@@ -3,7 +3,8 @@
 The text is tokenized line by line into one stream; each step's batch is
 `batch_size` windows of `context + 1` tokens at seeded random starts; the
 held-out measure is the loss per token (per character for the character
-tokenizer) and its perplexity; the export is `kt.export.export_text_generator`.
+tokenizer) and its perplexity; the export and the samples are
+`kt.tasks.TextGenerator`'s.
 """
 
 import os
@@ -12,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import export, generation, models, training
+from keras_transformer import models, tasks, training
 from keras_transformer.cli import datasets, scores
 from keras_transformer.cli.batches import token_stream
 from keras_transformer.cli.data import read_text_file, split_text
@@ -126,13 +127,11 @@ class GPT2Recipe(Recipe):
         )
         loss = evaluate_loss(model, held_x, held_y, batch_size=64)
         unit = "character" if s["tokenizer"] == "char" and run.kind is None else "token"
-        end = end_token(tokenizer)
-        export.export_text_generator(
-            model,
-            tokenizer,
-            run.export_path(),
-            max_new_tokens=min(200, model.max_sequence_length - 1),
-            end_token=end,
+        generator = tasks.TextGenerator(
+            model, tokenizer, end_token=end_token(tokenizer)
+        )
+        generator.export(
+            run.export_path(), max_new_tokens=min(200, model.max_sequence_length - 1)
         )
         results = {
             f"held-out loss (nats per {unit})": loss,
@@ -142,42 +141,29 @@ class GPT2Recipe(Recipe):
             "steps": steps,
             "tokens seen": steps * s["batch_size"] * context,
         }
-        results["samples"] = self.samples(run, model, tokenizer, end)
+        results["samples"] = self.samples(run, generator)
         run.finish(model, tokenizer, results)
         return results, history
 
-    def samples(self, run, model, tokenizer, end):
-        """`run.samples` continuations of held-out lines' first characters
-        (top-k 10 at temperature 0.8, cut at the end token)."""
+    def samples(self, run, generator):
+        """`run.samples` continuations of held-out lines' first characters,
+        prompt included (top-k 10 at temperature 0.8, up to the end token):
+        `kt.tasks.TextGenerator.generate`."""
         if not run.samples:
             return []
         lines = [line for line in run.held_out.splitlines() if line.strip()]
         picks = np.linspace(0, len(lines) - 1, run.samples).astype(int)
         prompts = [lines[i][:16] for i in picks]
-        ids = tokenizer(tf.constant(prompts))
-        ids = ids.to_tensor().numpy() if hasattr(ids, "to_tensor") else ids.numpy()
-        ids = ids[:, : max(1, model.max_sequence_length // 2)]
-        room = model.max_sequence_length - ids.shape[1]
-        end_id = tokenizer.token_to_id(end) if end else None
-        tokens = generation.generate(
-            model,
-            ids,
-            max(1, min(100, room)),
+        limit = generator.model.max_sequence_length
+        return generator.generate(
+            prompts,
+            max_new_tokens=max(1, min(100, limit - limit // 2)),
             sampler="top_k",
             top_k=10,
             temperature=0.8,
-            end_token_id=end_id,
             seed=run.settings["seed"],
+            return_full_text=True,
         )
-        tokens = np.asarray(tokens)
-        if end_id is not None:  # cut each row at its end token
-            for row in tokens:
-                hits = np.flatnonzero(row == end_id)
-                if hits.size:
-                    row[hits[0] :] = 0
-        return [
-            t.decode("utf-8", "replace") for t in tokenizer.detokenize(tokens).numpy()
-        ]
 
     def evaluate(self, args, config, examples, notes):
         """Loss per token and perplexity on consecutive windows of the
