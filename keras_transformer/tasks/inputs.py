@@ -169,3 +169,30 @@ def in_batches(function, columns, batch_size):
         batch = [tf.constant(c[start : start + batch_size]) for c in columns]
         results.append(keras.tree.map_structure(np.asarray, function(*batch)))
     return results
+
+
+def check_end_token(tokenizer, end_token):
+    """`(end_token, end_token_id)` of the `end_token` argument: `(None,
+    None)`, one token and its id, or a list of tokens and a tuple of ids."""
+    several = isinstance(end_token, list | tuple)
+    items = list(end_token) if several else [end_token]
+    if end_token is None:
+        return None, None
+    size = tokenizer.vocabulary_size()
+    tokens = []
+    for item in items:
+        if validation.is_int(item) and 0 < item < size:
+            item = tokenizer.id_to_token(int(item))
+        if not isinstance(item, str) or item not in tokenizer.get_vocabulary():
+            item = None
+        tokens.append(item)
+    if not tokens or None in tokens:
+        raise ValueError(
+            "`end_token` must be a token of the tokenizer's vocabulary or its "
+            "id (0 is padding), a list of them, 'auto' or None. Received: "
+            f"end_token={end_token!r}"
+        )
+    ids = tuple(dict.fromkeys(tokenizer.token_to_id(t) for t in tokens))
+    if several:
+        return list(dict.fromkeys(tokens)), ids
+    return tokens[0], ids[0]

@@ -12,7 +12,7 @@ import numpy as np
 
 from keras_transformer import _validation as validation
 from keras_transformer.export import export_text_generator
-from keras_transformer.generation import generate, get_sampler
+from keras_transformer.generation import get_sampler
 from keras_transformer.generation.stream import (
     CHUNK_SIZE,
     PIECE_SECONDS,
@@ -68,14 +68,19 @@ class TextGenerator(Task):
     """
 
     model_classes = (CausalLM,)
-    architectures = ("GPT2LMHeadModel",)
+    architectures = (
+        "GPT2LMHeadModel",
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "Qwen2ForCausalLM",
+    )
 
     def __init__(self, model, tokenizer, end_token="auto", **kwargs):
         super().__init__(model, tokenizer, **kwargs)
         if isinstance(end_token, str) and end_token == "auto":
             vocabulary = set(tokenizer.get_vocabulary())
             end_token = next((t for t in END_TOKENS if t in vocabulary), None)
-        self.end_token, self.end_token_id = _check_end_token(tokenizer, end_token)
+        self.end_token, self.end_token_id = inputs.check_end_token(tokenizer, end_token)
 
     @classmethod
     def _from_folder(cls, model, tokenizer, config, path):
@@ -154,6 +159,19 @@ class TextGenerator(Task):
             of strings.
         """
         single, texts = inputs.check_texts("prompts", prompts)
+        return self._generate(
+            single, texts, None, self._end_ids(), max_new_tokens, sampler, seed,
+            stop, num_return_sequences, repetition_penalty, return_full_text,
+            stream, stream_chunk_size, sampler_args,
+        )  # fmt: skip
+
+    def _generate(
+        self, single, texts, rows, ends, max_new_tokens, sampler, seed, stop,
+        num_return_sequences, repetition_penalty, return_full_text, stream,
+        stream_chunk_size, sampler_args,
+    ):  # fmt: skip
+        """`generate` of `texts`, or of the prompt ids `rows` when given,
+        ending at the ids `ends`."""
         stops = inputs.check_stop(stop)
         limit = self.model.max_sequence_length
         max_new_tokens = validation.check_max_new_tokens(max_new_tokens)
@@ -197,21 +215,25 @@ class TextGenerator(Task):
             )
         if beams > 1:  # beam search returns its n best beams itself
             decoder = decoder.returning(n)
-        rows = inputs.tokenize(self.tokenizer, texts, "prompts", limit - max_new_tokens)
+        if rows is None:
+            rows = inputs.tokenize(self.tokenizer, texts, "prompts")
+        rows = [row[-(limit - max_new_tokens) :] for row in rows]
         if beams == 1:
             rows = [row for row in rows for _ in range(n)]
         prefixes = [t for t in texts for _ in range(n)] if return_full_text else None
         if stream:
             return self._stream(
-                rows, max_new_tokens, decoder, seed, stops, stream_chunk_size,
-                prefixes[0] if prefixes else "",
+                rows, ends, max_new_tokens, decoder, seed, stops,
+                stream_chunk_size, prefixes[0] if prefixes else "",
             )  # fmt: skip
         if pieces and stops:  # stop as soon as every text has a stop string
             *_, (generated, _) = self._pieces(
-                rows, max_new_tokens, decoder, seed, stops, stream_chunk_size
+                rows, ends, max_new_tokens, decoder, seed, stops, stream_chunk_size
             )
         else:
-            new = self._new_ids(rows, max_new_tokens, decoder, seed, speculative)
+            new = text_stream.generated_ids(
+                self.model, rows, ends, max_new_tokens, decoder, seed, speculative
+            )
             generated = text_stream.texts(self.tokenizer, new)
             generated = [inputs.cut_at_stop(text, stops) for text in generated]
         if prefixes:
@@ -220,44 +242,58 @@ class TextGenerator(Task):
             generated = [generated[i : i + n] for i in range(0, len(generated), n)]
         return generated[0] if single else generated
 
-    def _new_ids(self, rows, max_new_tokens, sampler, seed, speculative):
-        """Each result's generated ids (`num_rows // n` per row of `rows`).
+    def chat(
+        self, messages, max_new_tokens=256, sampler="greedy", seed=None, stop=None,
+        stream=False, **options,
+    ):  # fmt: skip
+        """The assistant's reply to a conversation.
 
-        Beam search runs each prompt length on its own: a hypothesis ends
-        at its own prompt's length plus `max_new_tokens`, as when Hugging
-        Face runs that prompt alone (a shorter prompt in a longer batch
-        would otherwise search further and rank its beams differently)."""
-        groups = {}
-        for i, row in enumerate(rows):
-            key = len(row) if sampler.num_rows > 1 else 0
-            groups.setdefault(key, []).append(i)
-        found = [None] * len(rows)
-        for indices in groups.values():
-            group = [rows[i] for i in indices]
-            out = generate(
-                self.model,
-                inputs.pad(group),  # (B, P)
-                max_new_tokens,
-                sampler,
-                end_token_id=self.end_token_id,
-                seed=seed,
-                **speculative,
-            )  # (B * n, P + N)
-            n = len(out) // len(group)
-            ids = text_stream.new_ids(
-                out, [r for r in group for _ in range(n)], max_new_tokens,
-                self._end_ids(),
-            )  # fmt: skip
-            for j, i in enumerate(indices):
-                found[i] = ids[j * n : (j + 1) * n]
-        return [ids for row in found for ids in row]
+        The conversation is rendered with the tokenizer's chat template
+        (`tokenizer.tokenize_chat(messages, add_generation_prompt=True)`:
+        the folder's Jinja template, as transformers renders it), and the
+        reply ends at the task's end tokens or the tokenizer's `eos_token`
+        (the template's end of a turn).
+
+        Args:
+            messages: a list of `{"role": ..., "content": ...}` dicts.
+            max_new_tokens, sampler, seed, stop, stream: as `generate`'s.
+            **options: `generate`'s other arguments (`repetition_penalty`,
+                `stream_chunk_size`, the sampler's arguments).
+
+        Returns:
+            The reply (a string), or with `stream=True` an iterator of its
+            pieces.
+
+        Raises:
+            ValueError: the tokenizer has no chat template, or a message
+                has no `role` or `content`.
+        """
+        if getattr(self.tokenizer, "tokenize_chat", None) is None:
+            raise ValueError(
+                "`chat` needs a tokenizer with a chat template (a Llama, "
+                "Mistral or Qwen2 folder's). Received: tokenizer="
+                f"{type(self.tokenizer).__name__}"
+            )
+        ids = self.tokenizer.tokenize_chat(messages, add_generation_prompt=True)
+        row = np.asarray(ids, "int32")
+        eos = (getattr(self.tokenizer, "special_tokens_map", None) or {}).get(
+            "eos_token"
+        )
+        ends = self._end_ids()
+        if isinstance(eos, str) and eos in self.tokenizer.get_vocabulary():
+            ends = tuple(dict.fromkeys((*ends, self.tokenizer.token_to_id(eos))))
+        return self._generate(
+            True, [""], [row], ends, max_new_tokens, sampler, seed, stop, 1,
+            options.pop("repetition_penalty", None), False, stream,
+            options.pop("stream_chunk_size", None), options,
+        )  # fmt: skip
 
     def _end_ids(self):
         """The end ids as a tuple (empty for none)."""
         ids = self.end_token_id
         return () if ids is None else (ids,) if isinstance(ids, int) else ids
 
-    def _pieces(self, rows, max_new_tokens, sampler, seed, stops, chunk_size):
+    def _pieces(self, rows, ends, max_new_tokens, sampler, seed, stops, chunk_size):
         """`text_stream.run` of a chunked decoding of `rows`: yields each
         row's text so far and whether it is finished, after every chunk."""
         decoding = ChunkedDecoding(
@@ -265,24 +301,26 @@ class TextGenerator(Task):
             inputs.pad(rows),
             max_new_tokens,
             sampler,
-            end_token_id=self.end_token_id,
+            end_token_id=list(ends) or None,
             seed=seed,
             chunk_size=chunk_size or CHUNK_SIZE,
             piece_seconds=PIECE_SECONDS if chunk_size is None else None,
         )
         self._last_decoding = decoding  # for tests: the steps it ran
         yield from text_stream.run(
-            decoding, self.tokenizer, rows, max_new_tokens, self._end_ids(), stops
+            decoding, self.tokenizer, rows, max_new_tokens, ends, stops
         )
 
-    def _stream(self, rows, max_new_tokens, sampler, seed, stops, chunk_size, prefix):
+    def _stream(
+        self, rows, ends, max_new_tokens, sampler, seed, stops, chunk_size, prefix
+    ):
         """The iterator of `generate(stream=True)`: the new stable text of
         the one row after each chunk (the prompt first, if `prefix`)."""
         if prefix:
             yield prefix
         sent = ""
         for found, finished in self._pieces(
-            rows, max_new_tokens, sampler, seed, stops, chunk_size
+            rows, ends, max_new_tokens, sampler, seed, stops, chunk_size
         ):
             text = text_stream.stable(found[0], stops, finished[0])
             if len(text) > len(sent) and text.startswith(sent):
@@ -389,30 +427,3 @@ class TextGenerator(Task):
 
     def get_config(self):
         return {**super().get_config(), "end_token": self.end_token}
-
-
-def _check_end_token(tokenizer, end_token):
-    """`(end_token, end_token_id)` of the `end_token` argument: `(None,
-    None)`, one token and its id, or a list of tokens and a tuple of ids."""
-    several = isinstance(end_token, list | tuple)
-    items = list(end_token) if several else [end_token]
-    if end_token is None:
-        return None, None
-    size = tokenizer.vocabulary_size()
-    tokens = []
-    for item in items:
-        if validation.is_int(item) and 0 < item < size:
-            item = tokenizer.id_to_token(int(item))
-        if not isinstance(item, str) or item not in tokenizer.get_vocabulary():
-            item = None
-        tokens.append(item)
-    if not tokens or None in tokens:
-        raise ValueError(
-            "`end_token` must be a token of the tokenizer's vocabulary or its "
-            "id (0 is padding), a list of them, 'auto' or None. Received: "
-            f"end_token={end_token!r}"
-        )
-    ids = tuple(dict.fromkeys(tokenizer.token_to_id(t) for t in tokens))
-    if several:
-        return list(dict.fromkeys(tokens)), ids
-    return tokens[0], ids[0]

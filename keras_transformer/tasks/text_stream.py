@@ -14,6 +14,7 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.generation import generate
 from keras_transformer.tasks import inputs
 
 REPLACEMENT = "\ufffd"
@@ -49,6 +50,38 @@ def texts(tokenizer, ids):
     lengths = np.array([len(i) for i in ids], "int64")
     ragged = tf.RaggedTensor.from_row_lengths(values.astype("int32"), lengths)
     return [t.decode("utf-8") for t in detokenize(ragged).numpy()]
+
+
+def generated_ids(model, rows, ends, max_new_tokens, sampler, seed, speculative):
+    """`generate`'s new ids for each prompt of `rows` (`sampler.num_rows`
+    results each for beam search's several sequences), up to an end id of
+    `ends` (a tuple), at most `max_new_tokens`; `speculative` holds
+    `generate`'s speculative-decoding keywords.
+
+    Beam search runs each prompt length on its own: a hypothesis ends at
+    its own prompt's length plus `max_new_tokens`, as when Hugging Face
+    runs that prompt alone (a shorter prompt in a longer batch would
+    otherwise search further and rank its beams differently)."""
+    groups = {}
+    for i, row in enumerate(rows):
+        groups.setdefault(len(row) if sampler.num_rows > 1 else 0, []).append(i)
+    found = [None] * len(rows)
+    for indices in groups.values():
+        group = [rows[i] for i in indices]
+        out = generate(
+            model,
+            inputs.pad(group),  # (B, P)
+            max_new_tokens,
+            sampler,
+            end_token_id=list(ends) or None,
+            seed=seed,
+            **speculative,
+        )  # (B * n, P + N)
+        n = len(out) // len(group)
+        ids = new_ids(out, [r for r in group for _ in range(n)], max_new_tokens, ends)
+        for j, i in enumerate(indices):
+            found[i] = ids[j * n : (j + 1) * n]
+    return [ids for row in found for ids in row]
 
 
 def run(decoding, tokenizer, rows, max_new_tokens, end_token_ids, stops):
