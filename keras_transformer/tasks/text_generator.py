@@ -256,7 +256,11 @@ class TextGenerator(Task):
 
         Args:
             messages: a list of `{"role": ..., "content": ...}` dicts.
-            max_new_tokens, sampler, seed, stop, stream: as `generate`'s.
+            max_new_tokens: the most tokens the reply may have.
+            sampler: as `generate`'s (default greedy).
+            seed: as `generate`'s.
+            stop: as `generate`'s: strings that end the reply.
+            stream: as `generate`'s: an iterator of pieces.
             **options: `generate`'s other arguments (`repetition_penalty`,
                 `stream_chunk_size`, the sampler's arguments).
 
