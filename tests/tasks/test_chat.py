@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from tests.helpers import run_export_test
 
 HF = os.path.join(os.path.dirname(__file__), "..", "fixtures", "hf")
 MESSAGES = [{"role": "user", "content": "Hello there, how are you?"}]
@@ -79,3 +80,28 @@ def test_chat_bad_input(chatter):
     gpt = kt.tasks.from_pretrained(os.path.join(HF, "gpt2_tiny"))
     with pytest.raises(ValueError, match="chat template"):
         gpt.chat(MESSAGES)
+
+
+def test_export_serves_a_conversation_rendered_by_the_client(chatter, tmp_path):
+    """How to serve a conversation: the client renders it with
+    `apply_chat_template`, and the export, made with the template's end
+    token as the task's, serves the rendered string as `chat` replies; the
+    `.keras` file keeps the template."""
+    task = kt.tasks.TextGenerator(
+        chatter.model, chatter.tokenizer, end_token="<|im_end|>"
+    )
+    rendered = task.tokenizer.apply_chat_template(MESSAGES)
+    prompts = [rendered, "Digits 1234567, CJK 你好 and an emoji 🙂"]
+    expected = task.generate(prompts, max_new_tokens=6)
+    assert expected[0] == chatter.chat(MESSAGES, max_new_tokens=6)
+    path = task.export(tmp_path / "served", max_new_tokens=6)
+    request = {
+        "prompts": np.array(prompts, dtype=object),
+        "max_new_tokens": np.int32(6),
+        "temperature": np.float32(0.0),
+    }
+    _, (out,) = run_export_test(path, [("generate", request)], tmp_path)
+    assert [t.decode() for t in out["generated_text"]] == expected
+    loaded = kt.tasks.load(task.save(tmp_path / "chat.keras"))
+    assert loaded.tokenizer.apply_chat_template(MESSAGES) == rendered
+    assert loaded.chat(MESSAGES, max_new_tokens=6) == expected[0]
