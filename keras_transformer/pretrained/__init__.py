@@ -12,7 +12,7 @@ BART, `vit`).
 from keras_transformer.pretrained import checkpoint, registry
 
 
-def from_pretrained(path):
+def from_pretrained(path, dtype=None):
     """Loads a Hugging Face checkpoint folder as one of our models.
 
     Supported: `model_type: bert` (MiniLM and other BERT-shaped models
@@ -37,14 +37,20 @@ def from_pretrained(path):
 
     Args:
         path: a local checkpoint folder.
+        dtype: None (float32 weights, whatever the files hold), or for
+            Llama, Mistral and Qwen2 folders `"float32"`, `"bfloat16"` or
+            `"float16"`: the model built under that dtype policy, its
+            weights in it (a bfloat16 checkpoint then takes half the memory
+            of its float32 copy).
 
     Returns:
         Our model computing what the checkpoint computes.
 
     Raises:
         FileNotFoundError: `path` has no `config.json` or no weights.
-        ValueError: an unsupported `model_type` or configuration, or tensors
-            missing or of the wrong shape.
+        ValueError: an unsupported `model_type` or configuration, tensors
+            missing or of the wrong shape, or a `dtype` the family does not
+            load in.
 
     Examples:
         >>> import os, tempfile
@@ -59,7 +65,16 @@ def from_pretrained(path):
     """
     path = checkpoint.check_folder(path)
     model_type = checkpoint.read_config(path).get("model_type")
-    return registry.loader(model_type, path)(path)
+    load = registry.loader(model_type, path)
+    if dtype is None:
+        return load(path)
+    if not registry.loads_in_dtypes(model_type):
+        raise ValueError(
+            "`dtype` is supported for Llama, Mistral and Qwen2 folders; other "
+            f"families load in float32. Received: dtype={dtype!r} for "
+            f"model_type={model_type!r}"
+        )
+    return load(path, dtype=dtype)
 
 
 def save_pretrained(model, path, tokenizer=None):

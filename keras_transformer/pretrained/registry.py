@@ -2,7 +2,8 @@
 loads it, model class -> the module that saves it.
 
 A family module exposes `MODEL_TYPES` (the config `model_type`s it reads),
-`CLASSES` (our model classes it writes), `load(path)` and
+`CLASSES` (our model classes it writes), `load(path)` (with a `dtype`
+argument where `DTYPES` lists the dtypes it loads in) and
 `save(model, path, tokenizer)`. Registering one is adding it to `FAMILIES`.
 """
 
@@ -24,6 +25,15 @@ def loader(model_type, path):
             f"Received: model_type={model_type!r} in {path!r}"
         )
     return LOADERS[model_type]
+
+
+def loads_in_dtypes(model_type):
+    """Whether the family of `model_type` loads in other dtypes than
+    float32 (its `load` takes `dtype`)."""
+    return any(
+        model_type in family.MODEL_TYPES and hasattr(family, "DTYPES")
+        for family in FAMILIES
+    )
 
 
 def saver(model):

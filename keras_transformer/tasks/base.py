@@ -59,10 +59,10 @@ class Task(keras.Model):
         return self.model(inputs, training=training)
 
     @classmethod
-    def from_pretrained(cls, path):
+    def from_pretrained(cls, path, dtype=None):
         """The task of a Hugging Face checkpoint folder: the model with its
-        weights (`kt.models.from_pretrained`) and the folder's tokenizer
-        (`kt.text.tokenizer_from_pretrained`).
+        weights (`kt.models.from_pretrained`, with its `dtype` argument) and
+        the folder's tokenizer (`kt.text.tokenizer_from_pretrained`).
 
         Raises:
             FileNotFoundError: `path` has no `config.json`.
@@ -73,7 +73,7 @@ class Task(keras.Model):
         path = checkpoint.check_folder(path)
         config = checkpoint.read_config(path)
         check_architecture(cls, config, path)
-        model = model_from_pretrained(path)
+        model = model_from_pretrained(path, dtype=dtype)
         tokenizer = tokenizer_from_pretrained(path) if cls.reads_text else None
         return cls._from_folder(model, tokenizer, config, path)
 

@@ -84,17 +84,18 @@ class ImageClassifier(Task):
         self.std = per_channel("std", std, channels, positive=True)
 
     @classmethod
-    def from_pretrained(cls, path):
+    def from_pretrained(cls, path, dtype=None):
         """The classifier of a `ViTForImageClassification` folder: its
         weights, `id2label` names and `preprocessor_config.json`'s rescale
         factor, mean and std (`ViTImageProcessor`'s defaults without it).
+        `dtype` must be None (ViT folders load in float32).
 
         Raises:
             FileNotFoundError: `path` has no `config.json`.
             ValueError: the folder is not a `ViTForImageClassification`, or
                 its processor resizes to another size than the model's.
         """
-        return super().from_pretrained(path)
+        return super().from_pretrained(path, dtype=dtype)
 
     @classmethod
     def _from_folder(cls, model, tokenizer, config, path):

@@ -30,7 +30,7 @@ def task_class(architecture):
     return None
 
 
-def from_pretrained(path):
+def from_pretrained(path, dtype=None):
     """The task of a Hugging Face checkpoint folder, its class chosen from
     the config's `architectures` (e.g. `GPT2LMHeadModel` -> `TextGenerator`,
     `BertForSequenceClassification` -> `TextClassifier`).
@@ -38,6 +38,8 @@ def from_pretrained(path):
     Args:
         path: a local checkpoint folder (`config.json`, weights, tokenizer
             files).
+        dtype: None (float32), or `"bfloat16"`/`"float16"`/`"float32"` for
+            Llama, Mistral and Qwen2 folders (see `kt.models.from_pretrained`).
 
     Returns:
         The task, with the checkpoint's weights and the folder's tokenizer.
@@ -58,7 +60,7 @@ def from_pretrained(path):
             f"Received: architectures={config.get('architectures')!r} "
             f"(path={path!r})"
         )
-    return cls.from_pretrained(path)
+    return cls.from_pretrained(path, dtype=dtype)
 
 
 def load(path):

@@ -237,7 +237,10 @@ def test_tensors_that_disagree_are_refused(tmp_path):
     with pytest.raises(ValueError, match="k_proj.weight.*shape"):
         kt.models.from_pretrained(copy)
     with pytest.raises(ValueError, match="dtype='int8'"):
-        llama_checkpoints.load(folder("llama_tiny"), dtype="int8")
+        kt.models.from_pretrained(folder("llama_tiny"), dtype="int8")
+    # Other families load in float32 only, refused before any weight is read.
+    with pytest.raises(ValueError, match="dtype='bfloat16' for model_type='gpt2'"):
+        kt.models.from_pretrained(folder("gpt2_tiny"), dtype="bfloat16")
 
 
 def test_sharded_folder_holds_the_same_weights(loaded):
@@ -260,8 +263,9 @@ def test_bfloat16_folder_upcast_exactly_by_default(reference):
 
 
 def test_bfloat16_folder_kept_in_bfloat16(reference, tmp_path):
-    model = llama_checkpoints.load(folder("qwen2_tiny_bf16"), dtype="bfloat16")
+    model = kt.models.from_pretrained(folder("qwen2_tiny_bf16"), dtype="bfloat16")
     assert model.token_embedding.embeddings.dtype == "bfloat16"
+    assert {v.dtype for v in model.weights} == {"bfloat16"}
     # Each bfloat16 run rounds at every step, transformers' and ours at
     # different places: 0.84 measured between the two, on logits up to 24
     # whose bfloat16 spacing is 0.125 (transformers' bfloat16 run is 0.45
@@ -312,7 +316,9 @@ def test_save_pretrained_loads_in_transformers(loaded, reference, tmp_path):
             with torch.no_grad():
                 logits = theirs(torch.tensor([prompt])).logits[0].numpy()
             expected = reference["logits"][f"{name}/{k}"]
-            np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-6)
+            # The same weights: 3.1e-6 measured between transformers 5.24
+            # (the fixture's) and 5.25 on this machine.
+            np.testing.assert_allclose(logits, expected, rtol=0, atol=3e-5)
 
 
 def test_keras_dtype_policy_is_left_as_it_was():

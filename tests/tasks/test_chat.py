@@ -15,14 +15,18 @@ HF = os.path.join(os.path.dirname(__file__), "..", "fixtures", "hf")
 MESSAGES = [{"role": "user", "content": "Hello there, how are you?"}]
 
 
+def chat_folder(folder, weights="qwen2_tiny"):
+    """`folder` holding the `weights` fixture and the ChatML tokenizer."""
+    for source in [weights, os.path.join("tokenizers", "qwen2_bpe")]:
+        for name in os.listdir(os.path.join(HF, source)):
+            if name != "config.json" or source == weights:
+                shutil.copy(os.path.join(HF, source, name), folder / name)
+    return str(folder)
+
+
 @pytest.fixture(scope="module")
 def chatter(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("qwen2_chat")
-    for source in ["qwen2_tiny", os.path.join("tokenizers", "qwen2_bpe")]:
-        for name in os.listdir(os.path.join(HF, source)):
-            if name != "config.json" or source == "qwen2_tiny":
-                shutil.copy(os.path.join(HF, source, name), folder / name)
-    return kt.tasks.from_pretrained(str(folder))
+    return kt.tasks.from_pretrained(chat_folder(tmp_path_factory.mktemp("chat")))
 
 
 def hand_wired(task, messages, new, ends):
@@ -105,3 +109,13 @@ def test_export_serves_a_conversation_rendered_by_the_client(chatter, tmp_path):
     loaded = kt.tasks.load(task.save(tmp_path / "chat.keras"))
     assert loaded.tokenizer.apply_chat_template(MESSAGES) == rendered
     assert loaded.chat(MESSAGES, max_new_tokens=6) == expected[0]
+
+
+def test_a_bfloat16_folder_chats_in_bfloat16(tmp_path):
+    task = kt.tasks.from_pretrained(
+        chat_folder(tmp_path, "qwen2_tiny_bf16"), dtype="bfloat16"
+    )
+    assert {w.dtype for w in task.model.weights} == {"bfloat16"}
+    eos = task.tokenizer.token_to_id("<|im_end|>")
+    reply = task.chat(MESSAGES, max_new_tokens=6)
+    assert reply == hand_wired(task, MESSAGES, 6, [eos]) and len(reply) > 2
