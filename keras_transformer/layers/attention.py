@@ -175,14 +175,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense = self._projection(
             "value", kv_heads, self.value_dim, value_shape
         )
-        self.output_dense = keras.layers.EinsumDense(
-            "bthd,hde->bte",
-            output_shape=(None, output_dim),
-            bias_axes="e" if self._has_bias("attention_output") else None,
-            name="attention_output",
-            **self._sublayer_kwargs(),
-        )
-        self.output_dense.build((None, None, self.num_heads, self.value_dim))
+        self.output_dense = self._output_projection(output_dim)
         self.attention_dropout = keras.layers.Dropout(
             self.dropout, dtype=self.dtype_policy, name="attention_dropout"
         )
@@ -297,15 +290,16 @@ class MultiHeadAttention(keras.layers.Layer):
             else ops.split(y, list(itertools.accumulate(sizes[:-1])), axis=1)
         )
         return [
-            ops.reshape(part, (batch, length, *layer.kernel.shape[1:]))
+            ops.reshape(part, (batch, length, *self._heads(layer)))
             for part, layer in zip(parts, layers, strict=True)
         ]
 
     def _output(self, heads):
         """`(B, T, H, D)` -> `(B, T, output_dim)` through `output_dense`'s
-        kernel `(H, D, E)` used as a `(H·D, E)` matrix (see `_project`)."""
+        kernel `(H, D, E)` (or `(H·D, E)`) used as a `(H·D, E)` matrix (see
+        `_project`)."""
         kernel = ops.cast(self.output_dense.kernel, heads.dtype)
-        depth = kernel.shape[0] * kernel.shape[1]
+        depth = heads.shape[-2] * heads.shape[-1]
         y = ops.matmul(
             ops.reshape(heads, (-1, depth)), ops.reshape(kernel, (depth, -1))
         )
@@ -386,6 +380,22 @@ class MultiHeadAttention(keras.layers.Layer):
         layer.supports_masking = True
         layer.build(input_shape)
         return layer
+
+    def _output_projection(self, output_dim):
+        """The built `attention_output` sublayer: kernel `(H, D, E)`."""
+        layer = keras.layers.EinsumDense(
+            "bthd,hde->bte",
+            output_shape=(None, output_dim),
+            bias_axes="e" if self._has_bias("attention_output") else None,
+            name="attention_output",
+            **self._sublayer_kwargs(),
+        )
+        layer.build((None, None, self.num_heads, self.value_dim))
+        return layer
+
+    def _heads(self, layer):
+        """`(heads, depth)` of a projection sublayer's outputs."""
+        return tuple(layer.kernel.shape[1:])
 
     def _sublayer_kwargs(self):
         return {

@@ -69,7 +69,11 @@ class RotaryAttention(MultiHeadAttention):
     if `i - j < W` (with `use_causal_mask`: `0 <= i - j < W`, Mistral's
     window), in the full pass and over the cache alike. The sublayers are
     those of `kt.layers.MultiHeadAttention` (`query`, `key`, `value`,
-    `attention_output`), plus the weightless `rotary_embedding`.
+    `attention_output`), plus the weightless `rotary_embedding`; their
+    kernels are matrices, `(E, H·D)` and `(H·D, E)` (Hugging Face's
+    `q_proj`... transposed), not `(E, H, D)` and `(H, D, E)`: XLA on the CPU
+    reads a 3-D kernel used as a matrix about 3.5x slower than a 2-D one at
+    batch 1 (see docs/benchmarks.md), and decoding is that read.
 
     Args:
         num_heads: number of query heads H.
@@ -155,6 +159,39 @@ class RotaryAttention(MultiHeadAttention):
 
     def _has_bias(self, name):
         return name in BIAS_LAYOUTS[self.attention_bias]
+
+    def _projection(self, name, heads, depth, input_shape):
+        layer = keras.layers.EinsumDense(
+            "bte,ef->btf",
+            output_shape=(None, heads * depth),
+            bias_axes="f" if self._has_bias(name) else None,
+            name=name,
+            **self._sublayer_kwargs(),
+        )
+        layer.supports_masking = True  # masks are read in `call`
+        layer.build(input_shape)
+        return layer
+
+    def _output_projection(self, output_dim):
+        layer = keras.layers.EinsumDense(
+            "btf,fe->bte",
+            output_shape=(None, output_dim),
+            bias_axes="e" if self._has_bias("attention_output") else None,
+            name="attention_output",
+            **self._sublayer_kwargs(),
+        )
+        layer.build((None, None, self.num_heads * self.key_dim))
+        return layer
+
+    def _heads(self, layer):
+        return (layer.kernel.shape[-1] // self.key_dim, self.key_dim)
+
+    def _project(self, x, *layers):
+        if len(layers) > 1 and x.shape[1] == 1:
+            # One-token decoding: a matrix product per projection, so the
+            # kernels are read in place, not first copied side by side.
+            return [super(RotaryAttention, self)._project(x, la)[0] for la in layers]
+        return super()._project(x, *layers)
 
     def _add_positions(self, q, k, start_index):
         start = 0 if start_index is None else start_index

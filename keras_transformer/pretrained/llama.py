@@ -9,8 +9,9 @@ only when it covers every layer). Loading is a renaming and re-shaping of
 tensors:
 
 - torch's `nn.Linear` weights are `(out, in)`; Keras kernels are `(in,
-  out)`, and the attention projections are split per head: query `(E,
-  H, D)`, key and value `(E, Hkv, D)`, output `(H, D, E)`;
+  out)`, the attention projections' too (`kt.layers.RotaryAttention` keeps
+  them as matrices: query `(E, H·D)`, key and value `(E, Hkv·D)`, output
+  `(H·D, E)`);
 - ids: our ids are the checkpoint's plus one (id 0 is padding), as for
   GPT-2; the token table holds exactly the checkpoint's rows, looked up at
   id - 1, so no row is added or dropped.
@@ -277,18 +278,15 @@ def arguments_to_config(model, dtype):
 def _pairs(model):
     """`(Hugging Face name, our variable, (to ours, to theirs))` for every
     tensor of a `Llama`."""
-    size = model.head_dim or model.hidden_dim // model.num_heads
-    query, query_bias, output = checkpoint.head_converters(model.num_heads, size)
-    key, key_bias, _ = checkpoint.head_converters(model.num_key_value_heads, size)
     pairs = [("model.embed_tokens.weight", model.token_embedding.embeddings, SAME)]
     for i, block in enumerate(model.blocks):
         prefix = f"model.layers.{i}"
         attention = block.attention
         projections = [
-            ("q_proj", attention.query_dense, query, query_bias),
-            ("k_proj", attention.key_dense, key, key_bias),
-            ("v_proj", attention.value_dense, key, key_bias),
-            ("o_proj", attention.output_dense, output, SAME),
+            ("q_proj", attention.query_dense, TRANSPOSE, SAME),
+            ("k_proj", attention.key_dense, TRANSPOSE, SAME),
+            ("v_proj", attention.value_dense, TRANSPOSE, SAME),
+            ("o_proj", attention.output_dense, TRANSPOSE, SAME),
         ]
         pairs.append(
             (f"{prefix}.input_layernorm.weight", block.attention_norm.scale, SAME)

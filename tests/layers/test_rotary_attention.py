@@ -25,7 +25,7 @@ def rand(*shape, seed=0):
 
 def load_attention(attention, weights, prefix=""):
     """transformers' q/k/v/o_proj (out, in) weights into our EinsumDense
-    kernels (E, H, D) and (H, D, E)."""
+    kernels (E, H·D) and (H·D, E)."""
     for name, layer in [("q", attention.query_dense), ("k", attention.key_dense),
                         ("v", attention.value_dense)]:  # fmt: skip
         kernel = np.array(weights[f"{prefix}{name}_proj.weight"], "float32").T
@@ -187,7 +187,7 @@ def test_block_equals_transformers_llama_decoder_layer():
     block, x, expected = reference_block()
     np.testing.assert_allclose(to_numpy(block(x)), expected, atol=1e-5)
     # head_dim 16 with hidden 32 and 4 heads: not hidden // heads.
-    assert tuple(block.attention.query_dense.kernel.shape) == (32, 4, 16)
+    assert tuple(block.attention.query_dense.kernel.shape) == (32, 4 * 16)
 
 
 def test_block_cache_matches_and_padding_never_changes_real_positions():
