@@ -27,6 +27,10 @@ or a `Seq2SeqLM` (encoder-decoder, like `Seq2Seq`) for
 
 A new family subclasses one of the two, builds its functional graph in
 `__init__`, and implements the last two methods with its own forward pass.
+A decoder-only family whose forward pass is one method,
+`_forward(token_ids, caches=None, index=None) -> (logits, caches or
+None)`, over self-attention `blocks` (as `GPT2` and `Llama`), inherits all
+three decoding methods from `CausalLM` instead.
 
 Shape legend: B batch, L buffer length, S source length, H heads, D head size.
 """
@@ -49,8 +53,12 @@ class DecodingStateMixin:
 class CausalLM(DecodingStateMixin, keras.Model):
     """Base of decoder-only language models: int `token_ids` in, logits out.
 
-    Subclasses set `vocabulary_size` and `max_sequence_length` and implement
-    `start_decoding` and `next_logits` (see the module docstring).
+    Subclasses set `vocabulary_size` and `max_sequence_length`, and either
+    write their forward pass as `_forward(token_ids, caches=None,
+    index=None)` over `blocks` (one `(B, 2, L, K, D)` cache per block,
+    `index` the position of `token_ids[:, 0]`), which the decoding methods
+    below use, or implement `start_decoding`, `next_logits` and
+    `chunk_logits` themselves (see the module docstring).
 
     Examples:
         >>> import keras_transformer as kt
@@ -69,13 +77,27 @@ class CausalLM(DecodingStateMixin, keras.Model):
         return token_ids("inputs", inputs, self.vocabulary_size), None
 
     def start_decoding(self, tokens, source, use_cache):
-        raise NotImplementedError
+        if not use_cache:
+            return ()
+        _, caches = self._forward(tokens, empty_caches(self.blocks, tokens), 0)
+        return caches  # prefilled with the whole prompt buffer
 
     def next_logits(self, tokens, state, index, use_cache):
-        raise NotImplementedError
+        if not use_cache:
+            logits, _ = self._forward(tokens)
+            return logits[:, index - 1], state
+        step = tokens[:, index - 1][:, None]  # (B, 1)
+        logits, caches = self._forward(step, state, index - 1)
+        return logits[:, 0], caches
 
     def chunk_logits(self, chunk, state, index):
-        raise NotImplementedError
+        return self._forward(chunk, state, index)  # (B, T, V), caches
+
+    def _forward(self, token_ids, caches=None, index=None):
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement `_forward` or the decoding "
+            "methods `start_decoding`, `next_logits` and `chunk_logits`."
+        )
 
 
 class Seq2SeqLM(DecodingStateMixin, keras.Model):

@@ -24,7 +24,7 @@ from keras_transformer.models.base import (
     normal_initializer,
     preset_factory,
 )
-from keras_transformer.models.decoding import CausalLM, empty_caches
+from keras_transformer.models.decoding import CausalLM
 
 
 def check_config(config):
@@ -222,23 +222,6 @@ class Llama(ModelMixin, CausalLM):
         logits = ops.pad(ops.cast(logits, "float32"), [[0, 0], [0, 0], [1, 0]])
         logits = exclude_padding_logit(logits)  # (B, T, V): id 0 is no token
         return logits, (updated if caches is not None else None)
-
-    def start_decoding(self, tokens, source, use_cache):
-        if not use_cache:
-            return ()
-        _, caches = self._forward(tokens, empty_caches(self.blocks, tokens), 0)
-        return caches  # prefilled with the whole prompt buffer
-
-    def next_logits(self, tokens, state, index, use_cache):
-        if not use_cache:
-            logits, _ = self._forward(tokens)
-            return logits[:, index - 1], state
-        step = tokens[:, index - 1][:, None]  # (B, 1)
-        logits, caches = self._forward(step, state, index - 1)
-        return logits[:, 0], caches
-
-    def chunk_logits(self, chunk, state, index):
-        return self._forward(chunk, state, index)  # (B, T, V), caches
 
     @classmethod
     def parameter_count(
