@@ -3,11 +3,12 @@
 Shape legend: B batch, L the model's max_sequence_length (the fixed buffer).
 """
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
 from keras_transformer.export import savedmodel
-from keras_transformer.generation import decode_function
+from keras_transformer.generation import decode_function, loop
 from keras_transformer.generation.samplers import RequestSampler
 from keras_transformer.generation.speculative import speculative_decode_function
 from keras_transformer.models import CausalLM
@@ -27,78 +28,80 @@ def export_text_generator(
 ):
     """Exports a `gpt2` model and its tokenizer as a string-to-string SavedModel.
 
-    The SavedModel has one signature, `generate` (also `serving_default`):
+        The SavedModel has one signature, `generate` (also `serving_default`):
 
-    - inputs: `prompts` string `(B,)`, `max_new_tokens` int32 scalar,
-      `temperature` float32 scalar;
-    - outputs: `text` string `(B,)` (the prompt as the model saw it followed by
-      the generated text), `generated_text` string `(B,)` (the generated text
-      only) and `token_ids` int32 `(B, L)` (prompt and generated ids, 0 after
-      them), with `L` the model's `max_sequence_length`; with prompt lookup
-      also `lookup_steps` and `lookup_kept`, int32 scalars: the request's
-      prompt-lookup steps (model passes over K + 1 positions) and the
-      proposals they kept, for the batch as a whole (a serving metric).
+        - inputs: `prompts` string `(B,)`, `max_new_tokens` int32 scalar,
+          `temperature` float32 scalar;
+        - outputs: `text` string `(B,)` (the prompt as the model saw it followed by
+          the generated text), `generated_text` string `(B,)` (the generated text
+          only) and `token_ids` int32 `(B, L)` (prompt and generated ids, 0 after
+          them), with `L` the model's `max_sequence_length`; with prompt lookup
+          also `lookup_steps` and `lookup_kept`, int32 scalars: the request's
+          prompt-lookup steps (model passes over K + 1 positions) and the
+          proposals they kept, for the batch as a whole (a serving metric).
 
-    Each request's `max_new_tokens` is clipped to `[0, cap]`, `cap` being this
-    function's `max_new_tokens`; every prompt gets exactly that many new
-    tokens unless it stops at `end_token` first. Prompts are tokenized in the
-    graph and cut to their last `L - max_new_tokens` tokens (the text nearest
-    to the continuation is kept), so prompt and new tokens always fit. An
-    empty prompt starts from `end_token`, the separator `causal_lm_dataset`
-    puts between documents, so the model begins a new document (with
-    `end_token=None` it gives empty text). `temperature <= 0` is greedy
-    decoding, with the tokens of `kt.generation.generate(model, ids,
-    max_new_tokens, end_token_id=...)`; `temperature > 0` samples from
-    softmax(logits / temperature) with a new random seed per call. The end
-    token is kept in `token_ids` but not written into the texts.
+        Each request's `max_new_tokens` is clipped to `[0, cap]`, `cap` being this
+        function's `max_new_tokens`; every prompt gets exactly that many new tokens
+        unless it stops at `end_token` (or one of a list) first. Prompts are tokenized
+        in the graph and cut to their last `L - max_new_tokens` tokens (the text nearest
+        to the continuation is kept), so prompt and new tokens always fit. An empty
+        prompt starts from `end_token`, the separator `causal_lm_dataset`
+        puts between documents, so the model begins a new document (with
+        `end_token=None` it gives empty text). `temperature <= 0` is greedy
+        decoding, with the tokens of `kt.generation.generate(model, ids,
+        max_new_tokens, end_token_id=...)`; `temperature > 0` samples from
+        softmax(logits / temperature) with a new random seed per call. The end
+        token is kept in `token_ids` but not written into the texts.
 
-    Decoding is the KV-cache loop of `kt.generation.generate` (compiled with
-    XLA unless `jit_compile=False`), with a fixed buffer of `L` positions so
-    the graph has static shapes. With `prompt_lookup_num_tokens=k` it is
-    prompt-lookup decoding instead (see `kt.generation.generate`): each step
-    proposes the k tokens that followed the latest earlier occurrence of the
-    last n tokens and the model checks them in one pass. Greedy requests get
-    exactly the same tokens, sampled ones the same distribution; it is
-    faster when outputs repeat their prompts (summaries, edits, code).
-    Loading the SavedModel needs TensorFlow and
-    `import tensorflow_text` (which registers the tokenizer ops), not
-    keras_transformer.
+        Decoding is the KV-cache loop of `kt.generation.generate` (compiled with
+        XLA unless `jit_compile=False`), with a fixed buffer of `L` positions so
+        the graph has static shapes. With `prompt_lookup_num_tokens=k` it is
+        prompt-lookup decoding instead (see `kt.generation.generate`): each step
+        proposes the k tokens that followed the latest earlier occurrence of the
+        last n tokens and the model checks them in one pass. Greedy requests get
+        exactly the same tokens, sampled ones the same distribution; it is
+        faster when outputs repeat their prompts (summaries, edits, code).
+        Loading the SavedModel needs TensorFlow and
+        `import tensorflow_text` (which registers the tokenizer ops), not
+        keras_transformer.
 
-    Args:
-        model: a `kt.models.GPT2` (or any `kt.models.CausalLM`), built by
-            `kt.models.gpt2` or loaded from a `.keras` file.
-        tokenizer: a `kt.text` tokenizer whose ids the model was trained on.
-            Its own `sequence_length`, if any, is ignored.
-        path: the SavedModel directory to write.
-        max_new_tokens: the most new tokens a request may ask for; `None` is
-            the model's `max_sequence_length - 1`.
-        end_token: the token that ends a generation (and starts one from an
-            empty prompt); `None` never stops early.
-        jit_compile: compile the decode loop with XLA. False gives a plain
-            TensorFlow loop (slower) for servers without XLA's JIT.
-        overwrite: replace an existing non-empty `path`.
-        prompt_lookup_num_tokens: tokens proposed per step by prompt lookup;
-            None decodes one token per step.
-        prompt_lookup_max_ngram_size: the longest n-gram prompt lookup
-            matches (it tries n from this down to 1).
+        Args:
+            model: a `kt.models.GPT2` (or any `kt.models.CausalLM`), built by
+                `kt.models.gpt2` or loaded from a `.keras` file.
+            tokenizer: a `kt.text` tokenizer whose ids the model was trained on.
+                Its own `sequence_length`, if any, is ignored.
+            path: the SavedModel directory to write.
+            max_new_tokens: the most new tokens a request may ask for; `None` is
+                the model's `max_sequence_length - 1`.
+            end_token: the token that ends a generation (and starts one from an
+                empty prompt), or a list of tokens, any of which ends it (the
+                first starts from an empty prompt); `None` never stops early.
+            jit_compile: compile the decode loop with XLA. False gives a plain
+                TensorFlow loop (slower) for servers without XLA's JIT.
+            overwrite: replace an existing non-empty `path`.
+            prompt_lookup_num_tokens: tokens proposed per step by prompt lookup;
+                None decodes one token per step.
+            prompt_lookup_max_ngram_size: the longest n-gram prompt lookup
+                matches (it tries n from this down to 1).
 
-    Returns:
-        The absolute path written.
+        Returns:
+            The absolute path written.
 
-    Example (loading; see docs/export.md for a complete run):
+        Example (loading; see docs/export.md for a complete run):
 
-    ```python
+        ```python
+        import numpy as np
     import tensorflow as tf
-    import tensorflow_text  # registers the tokenizer ops
+        import tensorflow_text  # registers the tokenizer ops
 
-    generator = tf.saved_model.load(path)
-    out = generator.signatures["generate"](
-        prompts=tf.constant(["Once upon a time"]),
-        max_new_tokens=tf.constant(20),
-        temperature=tf.constant(0.0),
-    )
-    text = out["text"].numpy()[0].decode()  # the prompt and its continuation
-    ```
+        generator = tf.saved_model.load(path)
+        out = generator.signatures["generate"](
+            prompts=tf.constant(["Once upon a time"]),
+            max_new_tokens=tf.constant(20),
+            temperature=tf.constant(0.0),
+        )
+        text = out["text"].numpy()[0].decode()  # the prompt and its continuation
+        ```
     """
     savedmodel.check_model(model, CausalLM, "export_text_generator")
     limit = model.max_sequence_length  # L
@@ -116,11 +119,13 @@ def export_text_generator(
         "prompt_lookup_max_ngram_size", prompt_lookup_max_ngram_size
     )
     savedmodel.check_tokenizer(tokenizer, "tokenizer", model.vocabulary_size)
-    end_id = savedmodel.token_id(tokenizer, "end_token", end_token, allow_none=True)
+    end_id = savedmodel.end_token_ids(
+        tokenizer, "end_token", end_token, allow_none=True
+    )  # None, an id, or a list of ids
     tokenizer = savedmodel.without_sequence_length(tokenizer)
-    # An empty prompt's first token: the end token, or any id if there is none
-    # (those rows are blanked afterwards).
-    first_id = 1 if end_id is None else end_id
+    # An empty prompt's first token: the (first) end token, or any id if there
+    # is none (those rows are blanked afterwards).
+    first_id = 1 if end_id is None else int(np.reshape(end_id, [-1])[0])
     cap = max_new_tokens
 
     def decode(tokens, start, stop, seed, temperature):
@@ -175,7 +180,7 @@ def export_text_generator(
             tokens = tf.where(empty[:, None], 0, tokens)
             visible = tokens
         else:
-            visible = tf.where(tokens == end_id, 0, tokens)
+            visible = tf.where(loop.is_end(tokens, end_id), 0, tokens)
         generated = tf.where(positions >= lengths[:, None], visible, 0)
         outputs = {
             "text": tokenizer.detokenize(visible),

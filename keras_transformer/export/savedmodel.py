@@ -79,6 +79,28 @@ def token_id(tokenizer, name, token, allow_none=False):
     return tokenizer.token_to_id(token)
 
 
+def end_token_ids(tokenizer, name, token, allow_none=False):
+    """The id of `token`, or the ids of a list of tokens (any of them ends a
+    sequence), the value of argument `name`; None for None if
+    `allow_none`; else a ValueError."""
+    if isinstance(token, list | tuple):
+        if not token:
+            raise ValueError(
+                f"`{name}` must be a token or a non-empty list of tokens. "
+                f"Received: {name}={token!r}"
+            )
+        ids = []
+        for item in token:
+            if not isinstance(item, str) or item not in tokenizer.get_vocabulary():
+                raise ValueError(
+                    f"`{name}` must list tokens of the tokenizer's vocabulary. "
+                    f"Received: {name}={token!r}"
+                )
+            ids.append(tokenizer.token_to_id(item))
+        return list(dict.fromkeys(ids))
+    return token_id(tokenizer, name, token, allow_none)
+
+
 def check_sequence_length(sequence_length, limit, minimum):
     """`sequence_length` (None: the model's `limit`) in `[minimum, limit]`."""
     if sequence_length is None:

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from keras_transformer import _validation as validation
 from keras_transformer.export import savedmodel
-from keras_transformer.generation import decode_function
+from keras_transformer.generation import decode_function, loop
 from keras_transformer.generation.registry import get_sampler
 from keras_transformer.models import Seq2SeqLM
 
@@ -72,8 +72,9 @@ def export_translator(
             `generation_config`'s, else 0.6.
         start_token: the token the decoder starts from; `None`: the model's
             `decoder_start_token_id`, else `"[START]"`.
-        end_token: the token that ends a translation; `None`: the
-            `generation_config`'s `end_token_id`, else `"[END]"`.
+        end_token: the token that ends a translation, or a list of tokens
+            (any of them ends it); `None`: the `generation_config`'s
+            `end_token_id` (one id or several), else `"[END]"`.
         jit_compile: compile the decode loop with XLA. False gives a plain
             TensorFlow loop (slower) for servers without XLA's JIT.
         overwrite: replace an existing non-empty `path`.
@@ -238,7 +239,7 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
         options["end_token"],
         "[END]",
         settings.get("end_token_id"),
-    )
+    )  # an id, or a list of ids
     source_tokenizer = savedmodel.without_sequence_length(source_tokenizer)
     target_tokenizer = savedmodel.without_sequence_length(target_tokenizer)
     decode = tf.function(
@@ -260,7 +261,7 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
             tf.zeros([2], tf.int32),  # greedy and beam search draw nothing
         )
         tokens = tokens[:, 1:]
-        tokens = tf.where(tokens == end_id, 0, tokens)
+        tokens = tf.where(loop.is_end(tokens, end_id), 0, tokens)
         empty = tf.reduce_all(source == 0, axis=1)
         tokens = tf.where(empty[:, None], 0, tokens)
         return {output_name: target_tokenizer.detokenize(tokens)}
@@ -276,7 +277,13 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
 
 
 def _special_id(model, tokenizer, name, token, default, model_id):
-    """The id of `token`, else the model's own id, else `default`'s."""
+    """The id of `token` (or the ids of a list of tokens), else the model's
+    own id(s), else `default`'s."""
     if token is None and model_id is not None:
+        if isinstance(model_id, list | tuple):
+            return [int(i) for i in model_id]
         return int(model_id)
-    return savedmodel.token_id(tokenizer, name, default if token is None else token)
+    token = default if token is None else token
+    if name == "end_token":
+        return savedmodel.end_token_ids(tokenizer, name, token)
+    return savedmodel.token_id(tokenizer, name, token)

@@ -80,13 +80,17 @@ def generation_arguments(config, generation, name):
         if key in settings and settings[key] not in (default, [], {}):
             unsupported(key, "not implemented")
     end = settings.get("eos_token_id", config.get("eos_token_id"))
-    if isinstance(end, list):
-        if len(end) != 1:
-            unsupported("eos_token_id", "one end token only")
-        end = end[0]
-    if end is None:
+    # One id, or several (any of them ends a sequence, as in transformers).
+    ends = list(dict.fromkeys(end)) if isinstance(end, list) else [end]
+    if end is None or not ends:
         raise ValueError(f"This {name} checkpoint has no `eos_token_id`.")
-    arguments = {"end_token_id": end + 1}
+    if not all(isinstance(e, int) and not isinstance(e, bool) for e in ends):
+        raise ValueError(
+            f"This {name} checkpoint's `eos_token_id` must be an id or a list "
+            f"of ids. Received: eos_token_id={end!r}"
+        )
+    ours = [e + 1 for e in ends]
+    arguments = {"end_token_id": ours[0] if len(ours) == 1 else ours}
     if "max_new_tokens" in settings:
         arguments["max_new_tokens"] = settings["max_new_tokens"]
     else:  # max_length counts the decoder start token
@@ -110,7 +114,7 @@ def generation_arguments(config, generation, name):
         arguments["no_repeat_ngram_size"] = settings["no_repeat_ngram_size"]
     suppressed = list(settings.get("suppress_tokens") or [])
     for words in settings.get("bad_words_ids") or []:
-        if words == [end]:  # transformers drops the end token from bad words
+        if len(words) == 1 and words[0] in ends:  # transformers drops end ids
             continue
         if len(words) != 1:
             unsupported("bad_words_ids", "single-token entries only")
@@ -121,7 +125,8 @@ def generation_arguments(config, generation, name):
         arguments["forced_first_token_id"] = settings["forced_bos_token_id"] + 1
     forced_end = settings.get("forced_eos_token_id")
     if forced_end is not None:
-        if forced_end != end and forced_end != [end]:
+        forced_ends = forced_end if isinstance(forced_end, list) else [forced_end]
+        if set(forced_ends) != set(ends):
             unsupported("forced_eos_token_id", "it must be the eos_token_id")
         arguments["force_end_token"] = True
     if settings.get("renormalize_logits"):
@@ -136,8 +141,11 @@ def generation_settings(model):
     back to the checkpoint's)."""
     arguments = dict(model.generation_config or {})
     settings = {"decoder_start_token_id": model.decoder_start_token_id - 1}
-    if "end_token_id" in arguments:
-        settings["eos_token_id"] = arguments["end_token_id"] - 1
+    end = arguments.get("end_token_id")
+    if isinstance(end, list | tuple):
+        settings["eos_token_id"] = [e - 1 for e in end]
+    elif end is not None:
+        settings["eos_token_id"] = end - 1
     if "max_new_tokens" in arguments:
         settings["max_length"] = arguments["max_new_tokens"] + 1
     if arguments.get("sampler") == "beam":

@@ -210,7 +210,8 @@ def arguments_to_config(model, family):
         "tie_word_embeddings": True,
         "is_encoder_decoder": True,
         "decoder_start_token_id": generation["decoder_start_token_id"],
-        "eos_token_id": end,
+        # config.json names one end token; generation_config.json all.
+        "eos_token_id": end[0] if isinstance(end, list) else end,
         "forced_eos_token_id": generation.get("forced_eos_token_id"),
         "init_std": 0.02,
         **special,

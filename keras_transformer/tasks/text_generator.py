@@ -416,15 +416,10 @@ class TextGenerator(Task):
 
     def export(self, path, **options):
         """`kt.export.export_text_generator` of this model and tokenizer,
-        with this task's end token; `options` are its arguments
+        with this task's end token(s); `options` are its arguments
         (`max_new_tokens`, `jit_compile`, `overwrite`, ...). Served, its
         `generated_text` for a prompt is `generate(prompt, n)` (greedy, or
         sampled at the request's temperature)."""
-        if len(self._end_ids()) > 1:
-            raise ValueError(
-                "The exported generator stops at one end token; this task has "
-                f"several. Received: end_token={self.end_token!r}"
-            )
         return export_text_generator(
             self.model, self.tokenizer, path, end_token=self.end_token, **options
         )

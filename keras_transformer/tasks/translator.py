@@ -60,7 +60,8 @@ class Seq2SeqTask(Task):
         start = np.full((len(rows), 1), self._start_id(), "int32")
         ids = {"encoder_token_ids": inputs.pad(rows), "decoder_token_ids": start}
         tokens = generate(self.model, ids, seed=seed, **options)[:, 1:]
-        tokens = np.where(tokens == options["end_token_id"], 0, tokens)
+        ends = np.reshape(options["end_token_id"], [-1])  # one id or several
+        tokens = np.where(np.isin(tokens, ends), 0, tokens)
         tokens[empty] = 0
         texts = self.target_tokenizer.detokenize(tokens).numpy()
         texts = [text.decode("utf-8", errors="replace") for text in texts]

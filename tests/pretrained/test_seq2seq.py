@@ -370,6 +370,71 @@ def test_repetition_penalty_is_read_and_written_back(tmp_path):
     assert written["repetition_penalty"] == 1.2
 
 
+def test_several_eos_token_ids_decode_as_transformers(tmp_path):
+    """A generation_config.json listing two end tokens (fixture from
+    make_eos_list_fixture.py): transformers' ids for greedy and beam search,
+    the same text from the Translator and its SavedModel, the list written
+    back by save_pretrained."""
+    from tests.helpers import run_export_test
+
+    with open(folder("marian_tiny_eos_list.json"), encoding="utf-8") as f:
+        fixture = json.load(f)
+    path = _copy("marian_tiny", tmp_path)
+    with open(path / "generation_config.json", "w") as f:
+        json.dump(fixture["generation_config"], f)
+    translator = kt.tasks.from_pretrained(path)
+    model, source = translator.model, translator.source_tokenizer
+    settings = model.generation_config
+    assert settings["end_token_id"] == [0 + 1, 61 + 1]
+    assert settings["suppressed_token_ids"] == [85 + 1]  # 61 dropped: an end id
+    rows = fixture["rows"]
+    assert sum(r["greedy_ids"][-1] == 61 for r in rows) >= 3  # the second ends
+    greedy = {k: v for k, v in settings.items() if k not in BEAM_KEYS}
+    ours = _generate(model, source, rows, **{**greedy, "sampler": "greedy"})
+    assert ours == [r["greedy_ids"] for r in rows]
+    assert _generate(model, source, rows, **settings) == [r["beam_ids"] for r in rows]
+    # End tokens are never written into the text (transformers' decode keeps
+    # 61, an ordinary token): ours is theirs without it.
+    rows = [r for r in rows if r["text"]]  # translate refuses an empty text
+    texts = translator.translate([r["text"] for r in rows])
+    target = translator.target_tokenizer
+    kept = [[t + 1 for t in r["beam_ids"][1:] if t not in (0, 61)] for r in rows]
+    expected = [t.decode() for t in target.detokenize(kept).numpy()]
+    assert texts == expected
+    assert any(r["beam_text"] != t for r, t in zip(rows, texts, strict=True))
+    saved = kt.models.save_pretrained(model, tmp_path / "saved")
+    written = json.load(open(os.path.join(saved, "generation_config.json")))
+    assert written["eos_token_id"] == [0, 61] and "forced_eos_token_id" not in written
+    assert kt.models.from_pretrained(saved).generation_config == settings
+    exported = translator.export(tmp_path / "served")
+    request = [("translate", {"sentences": [r["text"] for r in rows]})]
+    _, (served,) = run_export_test(exported, request, tmp_path)
+    assert [t.decode() for t in served["translation"]] == texts
+
+
+def test_forced_eos_must_be_the_eos_token_ids(tmp_path):
+    """Forcing every end id at the last step is what we reproduce: a forced
+    list equal to the end ids is read and written back, another refused."""
+    path = _copy("marian_tiny", tmp_path)
+    generation = json.load(open(path / "generation_config.json"))
+    generation.update(eos_token_id=[0, 61], forced_eos_token_id=[61, 0])
+    json.dump(generation, open(path / "generation_config.json", "w"))
+    model = kt.models.from_pretrained(path)
+    assert model.generation_config["force_end_token"] is True
+    saved = kt.models.save_pretrained(model, tmp_path / "saved")
+    written = json.load(open(os.path.join(saved, "generation_config.json")))
+    assert written["forced_eos_token_id"] == [0, 61]
+    for forced in (0, [0], [0, 61, 7]):
+        generation["forced_eos_token_id"] = forced
+        json.dump(generation, open(path / "generation_config.json", "w"))
+        with pytest.raises(ValueError, match="forced_eos_token_id"):
+            kt.models.from_pretrained(path)
+    generation.update(eos_token_id=[0, "x"], forced_eos_token_id=None)
+    json.dump(generation, open(path / "generation_config.json", "w"))
+    with pytest.raises(ValueError, match="eos_token_id"):
+        kt.models.from_pretrained(path)
+
+
 def test_pytorch_bin_only_says_to_convert(tmp_path):
     path = _copy("marian_tiny", tmp_path)
     os.replace(path / "model.safetensors", path / "pytorch_model.bin")

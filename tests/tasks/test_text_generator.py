@@ -352,5 +352,32 @@ def test_several_end_tokens(generator, tmp_path):
     assert loaded.generate(PROMPTS, max_new_tokens=NEW) == several.generate(
         PROMPTS, max_new_tokens=NEW
     )
-    with pytest.raises(ValueError, match="end_token"):
-        several.export(tmp_path / "served")
+
+
+def test_export_stops_at_any_of_several_end_tokens(generator, tmp_path):
+    tokenizer = generator.tokenizer
+    prompts = tokenizer.tokenize(PROMPTS).to_list()
+    tokens = kt.generation.generate(generator.model, inputs_pad(prompts), NEW)
+    # An end token the first prompt's continuation reaches at its 4th token.
+    stop = int(tokens[0, len(prompts[0]) + 3])
+    several = kt.tasks.TextGenerator(
+        generator.model, tokenizer, end_token=["<|endoftext|>", stop]
+    )
+    expected = several.generate(PROMPTS, max_new_tokens=NEW)
+    unstopped = generator.generate(PROMPTS, max_new_tokens=NEW)
+    assert len(expected[0]) < len(unstopped[0])
+    path = several.export(tmp_path / "served", max_new_tokens=NEW)
+    request = {
+        "prompts": np.array(PROMPTS, dtype=object),
+        "max_new_tokens": np.int32(NEW),
+        "temperature": np.float32(0.0),
+    }
+    _, (out,) = run_export_test(path, [("generate", request)], tmp_path)
+    assert [t.decode() for t in out["generated_text"]] == expected
+    assert stop in out["token_ids"][0]  # kept in the ids, not in the text
+
+
+def inputs_pad(rows):
+    """Right-padded int32 ids of token lists."""
+    width = max(len(row) for row in rows)
+    return np.array([row + [0] * (width - len(row)) for row in rows], "int32")
