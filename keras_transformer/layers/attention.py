@@ -12,7 +12,9 @@ import keras
 from keras import ops
 
 from keras_transformer import _validation as validation
+from keras_transformer.layers import quantization
 from keras_transformer.layers.grouped import attend_grouped
+from keras_transformer.layers.lora import Projection
 from keras_transformer.layers.masking import (
     causal_mask,
     keras_mask,
@@ -269,15 +271,10 @@ class MultiHeadAttention(keras.layers.Layer):
         none.
         """
         width = x.shape[-1]
-        kernels = [
-            ops.reshape(ops.cast(layer.kernel, x.dtype), (width, -1))
-            for layer in layers
-        ]
-        sizes = [kernel.shape[-1] for kernel in kernels]
-        y = ops.matmul(
-            ops.reshape(x, (-1, width)),
-            kernels[0] if len(layers) == 1 else ops.concatenate(kernels, axis=1),
-        )
+        # int8 kernels (`quantize("int8")`) come with their scales.
+        matrices = [quantization.kernel_matrix(layer, width) for layer in layers]
+        sizes = [values.shape[-1] for values, _ in matrices]
+        y = quantization.matmul(ops.reshape(x, (-1, width)), matrices)
         if layers[0].bias is not None:
             biases = [
                 ops.reshape(ops.cast(layer.bias, x.dtype), (-1,)) for layer in layers
@@ -298,15 +295,13 @@ class MultiHeadAttention(keras.layers.Layer):
         """`(B, T, H, D)` -> `(B, T, output_dim)` through `output_dense`'s
         kernel `(H, D, E)` (or `(H·D, E)`) used as a `(H·D, E)` matrix (see
         `_project`)."""
-        kernel = ops.cast(self.output_dense.kernel, heads.dtype)
         depth = heads.shape[-2] * heads.shape[-1]
-        y = ops.matmul(
-            ops.reshape(heads, (-1, depth)), ops.reshape(kernel, (depth, -1))
-        )
+        matrix = quantization.kernel_matrix(self.output_dense, depth)
+        y = quantization.matmul(ops.reshape(heads, (-1, depth)), [matrix])
         if self.output_dense.bias is not None:
             y = y + ops.cast(self.output_dense.bias, heads.dtype)
         batch, length = ops.shape(heads)[0], ops.shape(heads)[1]
-        return ops.reshape(y, (batch, length, kernel.shape[-1]))
+        return ops.reshape(y, (batch, length, matrix[0].shape[-1]))
 
     def _attend(self, q, k, v, mask, training):
         q = ops.multiply(q, ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype))
@@ -368,7 +363,7 @@ class MultiHeadAttention(keras.layers.Layer):
         )
 
     def _projection(self, name, heads, depth, input_shape):
-        layer = keras.layers.EinsumDense(
+        layer = Projection(
             "bte,ehd->bthd",
             output_shape=(None, heads, depth),
             bias_axes="hd" if self._has_bias(name) else None,
@@ -383,7 +378,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _output_projection(self, output_dim):
         """The built `attention_output` sublayer: kernel `(H, D, E)`."""
-        layer = keras.layers.EinsumDense(
+        layer = Projection(
             "bthd,hde->bte",
             output_shape=(None, output_dim),
             bias_axes="e" if self._has_bias("attention_output") else None,

@@ -8,6 +8,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer import _validation as validation
+from keras_transformer.layers import quantization
 
 LAYOUTS = ("interleaved", "concatenated")
 
@@ -193,8 +194,7 @@ class PositionalEmbedding(keras.layers.Layer):
         if reverse:
             # Tied output projection: hidden states (B, T, E) -> float32
             # logits (B, T, vocabulary_size) through the token embedding.
-            kernel = ops.cast(self.token_embedding.embeddings, inputs.dtype)
-            logits = ops.matmul(inputs, ops.transpose(kernel))
+            logits = quantization.embedding_logits(inputs, self.token_embedding)
             return ops.cast(logits, "float32")
         length = inputs.shape[1]
         if isinstance(length, int) and isinstance(start_index, int):

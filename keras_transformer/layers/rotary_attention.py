@@ -10,6 +10,7 @@ from keras import ops
 
 from keras_transformer import _validation as validation
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.lora import Projection
 from keras_transformer.layers.masking import merge_masks
 from keras_transformer.layers.rotary import RotaryEmbedding, rope_scaling_type
 
@@ -161,7 +162,7 @@ class RotaryAttention(MultiHeadAttention):
         return name in BIAS_LAYOUTS[self.attention_bias]
 
     def _projection(self, name, heads, depth, input_shape):
-        layer = keras.layers.EinsumDense(
+        layer = Projection(
             "bte,ef->btf",
             output_shape=(None, heads * depth),
             bias_axes="f" if self._has_bias(name) else None,
@@ -173,7 +174,7 @@ class RotaryAttention(MultiHeadAttention):
         return layer
 
     def _output_projection(self, output_dim):
-        layer = keras.layers.EinsumDense(
+        layer = Projection(
             "btf,fe->bte",
             output_shape=(None, output_dim),
             bias_axes="e" if self._has_bias("attention_output") else None,

@@ -15,7 +15,9 @@ import threading
 import keras
 
 from keras_transformer import _validation as validation
+from keras_transformer.models.lora import LoRAMixin
 from keras_transformer.models.presets import PRESETS
+from keras_transformer.models.quantize import QuantizeMixin
 
 
 def check_sizes(config, vocabulary_name="vocabulary_size"):
@@ -130,7 +132,7 @@ class FitMixin:
         return super().fit(*args, **kwargs)
 
 
-class ModelMixin(FitMixin):
+class ModelMixin(LoRAMixin, QuantizeMixin, FitMixin):
     """What the model classes share: their config and their presets.
 
     A class calls `self._set_config(**arguments)` with its constructor's
@@ -152,14 +154,16 @@ class ModelMixin(FitMixin):
             "trainable": self.trainable,
             "dtype_policy": self._built_policy,  # e.g. "mixed_float16"
         }
-        return {**config, **{name: getattr(self, name) for name in self._config_names}}
+        arguments = {name: getattr(self, name) for name in self._config_names}
+        return {**config, **arguments, **self._quantization_config()}
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
+        mode = config.pop("quantization_mode", None)
         # Files saved before 0.2 have no policy: the global one, as then.
         with global_dtype_policy(config.pop("dtype_policy", None)):
-            return cls(**config)
+            return cls(**config)._requantize(mode)
 
     @classmethod
     def presets(cls):

@@ -15,9 +15,11 @@ from keras_transformer.models.base import (
     normal_initializer,
 )
 from keras_transformer.models.bert import BERT
+from keras_transformer.models.lora import LoRAMixin
+from keras_transformer.models.quantize import QuantizeMixin
 
 
-class BERTHead(FitMixin, keras.Model):
+class BERTHead(LoRAMixin, QuantizeMixin, FitMixin, keras.Model):
     """Base of the heads: a model built on a `BERT` backbone's own graph.
 
     The head's graph starts from the backbone's inputs and outputs (the
@@ -39,16 +41,18 @@ class BERTHead(FitMixin, keras.Model):
             "trainable": self.trainable,
             "dtype_policy": self._built_policy,
             "backbone": keras.saving.serialize_keras_object(self.backbone),
+            **self._quantization_config(),
         }
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
+        mode = config.pop("quantization_mode", None)
         with global_dtype_policy(config.pop("dtype_policy", None)):
             config["backbone"] = keras.saving.deserialize_keras_object(
                 config["backbone"]
             )
-            return cls(**config)
+            return cls(**config)._requantize(mode)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -16,6 +16,7 @@ from keras_transformer.layers import (
     RMSNormalization,
     RotaryDecoderBlock,
     exclude_padding_logit,
+    quantization,
 )
 from keras_transformer.layers.rotary_attention import check_rotary_attention_arguments
 from keras_transformer.models.base import (
@@ -156,7 +157,7 @@ class Llama(ModelMixin, CausalLM):
         config = constructor_arguments(locals())
         check_config(config)
         # === Layers ===
-        self.token_embedding = keras.layers.Embedding(
+        self.token_embedding = quantization.TiedEmbedding(
             vocabulary_size - 1,
             hidden_dim,
             embeddings_initializer=normal_initializer(),
@@ -216,7 +217,7 @@ class Llama(ModelMixin, CausalLM):
                 updated.append(cache)
         x = self.final_norm(x)
         if self.lm_head is None:  # tied: the token embedding, transposed
-            logits = ops.einsum("bte,ve->btv", x, self.token_embedding.embeddings)
+            logits = self.token_embedding(x, reverse=True)
         else:
             logits = self.lm_head(x)
         logits = ops.pad(ops.cast(logits, "float32"), [[0, 0], [0, 0], [1, 0]])

@@ -9,7 +9,7 @@ saves (one module per family: `bert`, `gpt2`, `seq2seq` for Marian and
 BART, `vit`).
 """
 
-from keras_transformer.pretrained import checkpoint, registry
+from keras_transformer.pretrained import checkpoint, peft, registry  # noqa: F401 (peft registers the PEFT adapter format)
 
 
 def from_pretrained(path, dtype=None):
@@ -108,5 +108,17 @@ def save_pretrained(model, path, tokenizer=None):
 
     Returns:
         The folder's absolute path.
+
+    Raises:
+        ValueError: for a model quantized with `quantize("int8")`, before
+            anything is written: a checkpoint holds float weights, and
+            dequantized int8 weights would pass for the original ones.
+            Save the float model, or the quantized one as `.keras`.
     """
+    mode = getattr(model, "quantized_mode", None)
+    if mode is not None:
+        raise ValueError(
+            "`save_pretrained` writes float checkpoints; this model is "
+            f"quantized. Received: model with quantized_mode={mode!r}"
+        )
     return registry.saver(model)(model, path, tokenizer)

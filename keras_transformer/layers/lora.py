@@ -1,0 +1,90 @@
+"""`Projection`: the attention layers' `EinsumDense` sublayer, whose LoRA
+update is one low-rank product over its kernel read as a matrix.
+
+Keras' `EinsumDense.enable_lora` factors a kernel of shape `(E, H, D)` (an
+attention query, key or value) as `(E, H, r) @ (r, D)`: a rank per head,
+`r * (E * H + D)` numbers. LoRA as the paper, PEFT and Hugging Face
+checkpoints define it factors the `(E, H * D)` matrix: `(E, r) @ (r, H * D)`,
+`r * (in + out)` numbers. A `Projection` does that: `lora_kernel_a` is
+`(in, r)`, `lora_kernel_b` is `(r, out)`, `in` being the product of the
+kernel's contracted (leading) axes and `out` of the others. Its `kernel`
+is `W + alpha / r * reshape(A @ B)`, read by the attention layers' products
+and merged into the kernel when the layer is saved, as Keras does.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+
+class Projection(keras.layers.EinsumDense):
+    """An `EinsumDense` whose kernel's leading axes are the ones contracted
+    with the input, with LoRA over the kernel as a matrix (see the module).
+
+    Example:
+        >>> import numpy as np
+        >>> from keras_transformer.layers.lora import Projection
+        >>> layer = Projection("bte,ehd->bthd", output_shape=(None, 2, 4))
+        >>> layer.build((None, None, 8))
+        >>> layer.enable_lora(2)
+        >>> tuple(layer.lora_kernel_a.shape), tuple(layer.lora_kernel_b.shape)
+        ((8, 2), (2, 8))
+    """
+
+    def _matrix_shape(self):
+        """`(in, out)`: the kernel as a matrix."""
+        inputs, weights = self.equation.split("->")[0].split(",")
+        contracted = sum(1 for axis in weights if axis in inputs)
+        shape = tuple(self._kernel.shape)
+        rows = math.prod(shape[:contracted])
+        return rows, math.prod(shape) // rows
+
+    def enable_lora(
+        self, rank, lora_alpha=None, a_initializer="he_uniform", b_initializer="zeros"
+    ):
+        if not self.built:
+            raise ValueError("Cannot enable LoRA on a layer that isn't built.")
+        if self.lora_enabled:
+            raise ValueError(f"LoRA is already enabled on layer {self.name!r}.")
+        if self.quantization_mode is not None:
+            raise ValueError(
+                f"LoRA on a quantized kernel is not supported. Received: "
+                f"layer {self.name!r} with quantization_mode="
+                f"{self.quantization_mode!r}"
+            )
+        rows, columns = self._matrix_shape()
+        self._tracker.unlock()
+        self.lora_kernel_a = self.add_weight(
+            name="lora_kernel_a",
+            shape=(rows, rank),
+            initializer=keras.initializers.get(a_initializer),
+            dtype="float32",
+        )
+        self.lora_kernel_b = self.add_weight(
+            name="lora_kernel_b",
+            shape=(rank, columns),
+            initializer=keras.initializers.get(b_initializer),
+            dtype="float32",
+        )
+        self._kernel.trainable = False
+        self._tracker.lock()
+        self.lora_enabled = True
+        self.lora_rank = rank
+        self.lora_alpha = lora_alpha if lora_alpha is not None else rank
+
+    @property
+    def kernel(self):
+        if not getattr(self, "lora_enabled", False):
+            return super().kernel
+        update = ops.matmul(self.lora_kernel_a, self.lora_kernel_b)
+        update = ops.reshape(update, self._kernel.shape)
+        scale = self.lora_alpha / self.lora_rank
+        return ops.cast(
+            ops.add(ops.cast(self._kernel, "float32"), scale * update),
+            self.compute_dtype,
+        )
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras skips subclasses of `EinsumDense`; this one computes the same.
+        super().quantize(mode, type_check=False, config=config)

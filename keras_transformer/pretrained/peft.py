@@ -1,0 +1,232 @@
+"""Hugging Face PEFT LoRA adapters (`adapter_config.json` +
+`adapter_model.safetensors`) <-> our LoRA (`kt.models`' `enable_lora`), for
+`GPT2` and `Llama` (Llama, Mistral, Qwen2) models.
+
+A PEFT module `m` with matrices `lora_A` `(r, in)` and `lora_B` `(out, r)`
+adds `s * lora_B @ lora_A` to the `(out, in)` weight (`s = alpha / r`, or
+`alpha / sqrt(r)` with rsLoRA); ours adds `alpha / r * A @ B` to the
+`(in, out)` kernel: `A = lora_A.T`, `B = lora_B.T`. GPT-2's `c_attn` holds
+query, key and value side by side: its `lora_A` is each one's `A`, its
+`lora_B` split in three their `B`s. Our LoRA has one rank and one alpha;
+modules of other ranks (`rank_pattern`) are padded with zeros to the
+largest, and each module's scale is folded into its `B`, so the sums are
+the same.
+
+Writing, our query, key and value updates become one `c_attn` update of
+rank `n * r` (`n` of them adapted): `lora_A` stacks their `A`s, `lora_B`
+is block-diagonal; exact, with `rank_pattern` / `alpha_pattern` for
+`c_attn` when other modules are adapted too.
+"""
+
+import json
+import math
+import os
+import re
+
+import numpy as np
+
+from keras_transformer import _validation as validation
+from keras_transformer.models.gpt import GPT2
+from keras_transformer.models.llama import Llama
+from keras_transformer.models.lora import LORA_LAYERS, PEFT_FORMAT
+
+CONFIG = "adapter_config.json"
+WEIGHTS = "adapter_model.safetensors"
+PREFIX = "base_model.model."
+# Settings we do not reproduce: refused unless they hold these values.
+DEFAULTS = {
+    "peft_type": "LORA",
+    "bias": "none",
+    "use_dora": False,
+    "modules_to_save": None,
+    "layers_to_transform": None,
+    "layers_pattern": None,
+    "lora_bias": False,
+    "target_parameters": None,
+    "trainable_token_indices": None,
+    "layer_replication": None,
+}
+
+
+def modules(model):
+    """`{PEFT module name: [(our layer, slice of lora_B's rows or None)]}`
+    and `{our target name: PEFT target name}` for `model`."""
+    table = {}
+    if isinstance(model, GPT2):
+        for i, block in enumerate(model.blocks):
+            prefix = f"transformer.h.{i}"
+            attention = block.self_attention_layer
+            width = model.hidden_dim
+            fused = [attention.query_dense, attention.key_dense, attention.value_dense]
+            table[f"{prefix}.attn.c_attn"] = [
+                (layer, slice(j * width, (j + 1) * width))
+                for j, layer in enumerate(fused)
+            ]
+            table[f"{prefix}.attn.c_proj"] = [(attention.output_dense, None)]
+            table[f"{prefix}.mlp.c_fc"] = [(block.feedforward_intermediate_dense, None)]
+            table[f"{prefix}.mlp.c_proj"] = [(block.feedforward_output_dense, None)]
+        return table
+    if isinstance(model, Llama):
+        for i, block in enumerate(model.blocks):
+            prefix = f"model.layers.{i}"
+            attention = block.attention
+            for name, layer in [
+                ("q_proj", attention.query_dense),
+                ("k_proj", attention.key_dense),
+                ("v_proj", attention.value_dense),
+                ("o_proj", attention.output_dense),
+            ]:
+                table[f"{prefix}.self_attn.{name}"] = [(layer, None)]
+            for name in ("gate", "up", "down"):
+                layer = getattr(block.feedforward, name)
+                table[f"{prefix}.mlp.{name}_proj"] = [(layer, None)]
+        return table
+    raise ValueError(
+        "PEFT adapters are read and written for GPT2 and Llama models. "
+        f"Received: a {type(model).__name__}"
+    )
+
+
+def _pattern_value(patterns, module, default):
+    """PEFT's `rank_pattern` / `alpha_pattern` lookup: the first pattern
+    matching the end of the module's name."""
+    for pattern, value in (patterns or {}).items():
+        if re.match(rf"(.*\.)?({pattern})$", module):
+            return value
+    return default
+
+
+def load(model, path):
+    """Enables LoRA on `model` and sets it to the PEFT adapter in `path`."""
+    from safetensors.numpy import load_file
+
+    config = validation.read_json(os.path.join(path, CONFIG))
+    for key, value in DEFAULTS.items():
+        if config.get(key, value) not in (value, [], {}):
+            raise ValueError(
+                f"The adapter's `{key}` is not supported. Received: "
+                f"{key}={config[key]!r} in {os.path.join(path, CONFIG)}"
+            )
+    weights_path = os.path.join(path, WEIGHTS)
+    if not os.path.isfile(weights_path):
+        raise FileNotFoundError(
+            f"The adapter folder has no {WEIGHTS} (.bin adapters are pickles and "
+            f"are not read). Received: path={path!r}"
+        )
+    tensors = load_file(weights_path)
+    table = modules(model)
+    found = {}
+    for key, value in tensors.items():
+        match = re.fullmatch(
+            re.escape(PREFIX) + r"(.+)\.lora_([AB])(?:\.default)?\.weight", key
+        )
+        if match is None or match.group(1) not in table:
+            raise ValueError(
+                f"The adapter's tensor {key!r} is not a LoRA matrix of a "
+                f"{type(model).__name__} projection. Received: path={path!r}"
+            )
+        found.setdefault(match.group(1), {})[match.group(2)] = value
+    rank = max(
+        int(_pattern_value(config.get("rank_pattern"), m, config["r"])) for m in found
+    )
+    updates = {}  # our layer -> (A (in, R), B (R, out)) at scale 1
+    for module, pair in found.items():
+        a, b = pair.get("A"), pair.get("B")
+        if a is None or b is None:
+            raise ValueError(f"The adapter lacks lora_A or lora_B of {module!r}.")
+        r = int(_pattern_value(config.get("rank_pattern"), module, config["r"]))
+        alpha = float(
+            _pattern_value(config.get("alpha_pattern"), module, config["lora_alpha"])
+        )
+        scale = alpha / (math.sqrt(r) if config.get("use_rslora") else r)
+        a = np.pad(a.T, [(0, 0), (0, rank - r)])  # (in, R)
+        b = np.pad(scale * b.T, [(0, rank - r), (0, 0)])  # (R, out)
+        for layer, rows in table[module]:
+            updates[id(layer)] = (layer, a, b if rows is None else b[:, rows])
+    targets = sorted({layer.name for layer, _, _ in updates.values()})
+    layers = [layer for layer, _, _ in updates.values()]
+    missing = [
+        layer.path for layer in model._flatten_layers()
+        if layer.name in targets and layer not in layers
+        and isinstance(layer, LORA_LAYERS)
+    ]  # fmt: skip
+    if missing:
+        raise ValueError(
+            f"The adapter adapts {targets} in some layers but not in "
+            f"{missing[:3]}; ours adapts a name everywhere. Received: path={path!r}"
+        )
+    if model.lora_rank is None:
+        model.enable_lora(rank, targets=targets, alpha=rank)
+    enabled = [la for la in model._lora_layers().values()]
+    if sorted(map(id, enabled)) != sorted(updates) or any(
+        tuple(layer.lora_kernel_a.shape) != a.shape
+        or tuple(layer.lora_kernel_b.shape) != b.shape
+        for layer, a, b in updates.values()
+    ):
+        raise ValueError(
+            f"The adapter does not fit this model's LoRA layers (rank "
+            f"{model.lora_rank}). Received: path={path!r}"
+        )
+    for layer, a, b in updates.values():
+        layer.lora_kernel_a.assign(a)
+        layer.lora_kernel_b.assign(b * layer.lora_rank / layer.lora_alpha)
+
+
+def save(model, path):
+    """Writes `model`'s LoRA as a PEFT adapter folder `path`."""
+    from safetensors.numpy import save_file
+
+    table = modules(model)
+    rank, alpha = model.lora_rank, model._lora["alpha"]
+    tensors, targets, ranks = {}, [], {}
+    for module, parts in table.items():
+        adapted = [(layer, rows) for layer, rows in parts if layer.lora_enabled]
+        if not adapted:
+            continue
+        target = ".".join(module.split(".")[-2:])  # "attn.c_proj", "mlp.up_proj"
+        if target not in targets:
+            targets.append(target)
+        if parts[0][1] is None:
+            layer = parts[0][0]
+            a = np.asarray(layer.lora_kernel_a).T  # (r, in)
+            b = np.asarray(layer.lora_kernel_b).T  # (out, r)
+        else:  # GPT-2's c_attn: the adapted parts, block-diagonal
+            width = parts[0][1].stop - parts[0][1].start
+            a = np.concatenate([np.asarray(la.lora_kernel_a).T for la, _ in adapted])
+            b = np.zeros((3 * width, rank * len(adapted)), "float32")
+            for j, (layer, rows) in enumerate(adapted):
+                b[rows, j * rank : (j + 1) * rank] = np.asarray(layer.lora_kernel_b).T
+            ranks[target] = rank * len(adapted)
+        tensors[f"{PREFIX}{module}.lora_A.weight"] = np.ascontiguousarray(a)
+        tensors[f"{PREFIX}{module}.lora_B.weight"] = np.ascontiguousarray(b)
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": rank,
+        "lora_alpha": alpha,
+        "target_modules": targets,
+        "rank_pattern": {},
+        "alpha_pattern": {},
+        "fan_in_fan_out": isinstance(model, GPT2),
+        "bias": "none",
+        "lora_dropout": 0.0,
+        "use_rslora": False,
+        "use_dora": False,
+        "inference_mode": True,
+        "init_lora_weights": True,
+        "base_model_name_or_path": None,
+    }
+    for target, wide in ranks.items():
+        if len(targets) == 1:  # c_attn alone: one rank for all
+            config["r"], config["lora_alpha"] = wide, alpha * wide / rank
+        elif wide != rank:
+            config["rank_pattern"][target] = wide
+            config["alpha_pattern"][target] = alpha * wide / rank
+    os.makedirs(path, exist_ok=True)
+    save_file(tensors, os.path.join(path, WEIGHTS), metadata={"format": "pt"})
+    with open(os.path.join(path, CONFIG), "w", encoding="utf-8") as file:
+        json.dump(config, file, indent=2)
+    return os.path.abspath(path)
+
+
+PEFT_FORMAT.update(load=load, save=save, modules=modules)
