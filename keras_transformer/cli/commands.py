@@ -23,6 +23,7 @@ from keras_transformer import _validation as validation
 from keras_transformer.cli import demo
 from keras_transformer.cli.data import file_digest, load_data
 from keras_transformer.cli.errors import CommandError
+from keras_transformer.cli.recipe_gpt2 import load_generator
 from keras_transformer.cli.registry import TASKS
 from keras_transformer.cli.report import print_results
 from keras_transformer.cli.run import Run
@@ -39,6 +40,7 @@ def run(args):
         "train": _train,
         "evaluate": _evaluate,
         "generate": _generate,
+        "export": _export,
         "classify": _classify,
         "translate": _translate,
     }[args.command]
@@ -203,6 +205,20 @@ def _evaluate(args):
 
 
 def _generate(args):
+    if args.lora or args.quantize:
+        # The model itself, adapted or quantized, not its SavedModel.
+        generator = load_generator(args)
+        temperature = args.temperature
+        sampling = {"sampler": "temperature", "temperature": temperature}
+        texts = generator.generate(
+            args.prompts,
+            max_new_tokens=args.max_new_tokens,
+            return_full_text=True,
+            **(sampling if temperature > 0 else {"sampler": "greedy"}),
+        )
+        for text in texts:
+            print(text)
+        return 0
     fn = load_export(args.model, "generate")
     out = fn(
         prompts=tf.constant(args.prompts),
@@ -211,6 +227,16 @@ def _generate(args):
     )
     for text in out["text"].numpy():
         print(text.decode("utf-8", "replace"))
+    return 0
+
+
+def _export(args):
+    generator = load_generator(args)
+    limit = generator.model.max_sequence_length
+    path = generator.export(
+        args.output, max_new_tokens=min(200, limit - 1), overwrite=args.overwrite
+    )
+    print(f"exported: {path}")
     return 0
 
 

@@ -95,6 +95,20 @@ def _add_common(parser):
     )
 
 
+def _add_adapting(parser):
+    parser.add_argument(
+        "--lora",
+        metavar="FILE",
+        help="apply a LoRA adapter first: a file written by `train --lora` "
+        "(adapter.safetensors) or a PEFT adapter folder",
+    )
+    parser.add_argument(
+        "--quantize",
+        choices=["int8"],
+        help="quantize the weights (after merging --lora) before generating",
+    )
+
+
 def _add_train(commands):
     train = commands.add_parser(
         "train",
@@ -142,6 +156,14 @@ def _add_train(commands):
         "--resume",
         action="store_true",
         help="continue a killed run with the same flags from its last backup",
+    )
+    start.add_argument(
+        "--lora",
+        type=_count,
+        metavar="RANK",
+        help="gpt2 with --from: train rank-RANK LoRA updates of the query "
+        "and value projections instead of every weight; also writes "
+        "adapter.safetensors (model.keras holds the merged weights)",
     )
     size = train.add_argument_group("model size (from scratch)")
     size.add_argument(
@@ -269,8 +291,24 @@ def build_parser():
         default=0.8,
         help="sampling temperature (default 0.8; 0 = greedy)",
     )
+    _add_adapting(generate)
     generate.add_argument("prompts", nargs="+", help="texts to continue")
     _add_common(generate)
+
+    export = commands.add_parser(
+        "export",
+        help="export a trained GPT as a SavedModel, with an adapter or int8",
+        description="Write the string SavedModel of a folder written by "
+        "`train gpt2` (as `train` exports it), after applying a LoRA adapter "
+        "(--lora) and/or quantizing its weights to int8 (--quantize int8).",
+    )
+    export.add_argument("--model", required=True, help="folder written by `train gpt2`")
+    export.add_argument("--output", required=True, help="SavedModel folder to write")
+    export.add_argument(
+        "--overwrite", action="store_true", help="replace a non-empty --output"
+    )
+    _add_adapting(export)
+    _add_common(export)
 
     classify = commands.add_parser(
         "classify", help="label texts with an exported classifier"

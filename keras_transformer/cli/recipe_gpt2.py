@@ -23,6 +23,29 @@ from keras_transformer.cli.run import evaluate_loss
 from keras_transformer.cli.settings import schedule
 from keras_transformer.cli.tokenizers import end_token, load_tokenizer
 
+# `train gpt2 --from PATH --lora RANK`: the adapted projections, and the
+# adapter file written beside model.keras.
+LORA_TARGETS = ("query", "value")
+ADAPTER = "adapter.safetensors"
+
+
+def load_generator(args):
+    """The `TextGenerator` of a `train gpt2` folder (`args.model`), with
+    `args.lora` applied and `args.quantize` done (`generate`, `export`)."""
+    model = keras.saving.load_model(os.path.join(args.model, "model.keras"))
+    tokenizer = load_tokenizer(os.path.join(args.model, "tokenizer.json"))
+    if not isinstance(model, models.GPT2):
+        raise CommandError(
+            f"--model {args.model} holds a {type(model).__name__}, not a gpt2 model"
+        )
+    if args.lora:
+        model.load_lora(args.lora)
+    if args.quantize:
+        if model.lora_rank is not None:
+            model.merge_lora()
+        model.quantize(args.quantize)
+    return tasks.TextGenerator(model, tokenizer, end_token=end_token(tokenizer))
+
 
 class GPT2Recipe(Recipe):
     """Defaults: nanoGPT's CPU shakespeare-char recipe (4 layers, 4 heads,
@@ -79,6 +102,8 @@ class GPT2Recipe(Recipe):
                 max_sequence_length=s["context"],
                 **run.sizes(),
             )
+        if s.get("lora"):
+            model.enable_lora(s["lora"], targets=LORA_TARGETS)
         context = s["context"]
         if context > model.max_sequence_length:
             raise CommandError(
@@ -127,6 +152,8 @@ class GPT2Recipe(Recipe):
         )
         loss = evaluate_loss(model, held_x, held_y, batch_size=64)
         unit = "character" if s["tokenizer"] == "char" and run.kind is None else "token"
+        if s.get("lora"):
+            model.save_lora(os.path.join(run.work, ADAPTER))
         generator = tasks.TextGenerator(
             model, tokenizer, end_token=end_token(tokenizer)
         )

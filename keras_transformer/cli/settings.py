@@ -112,6 +112,14 @@ def resolve(recipe, args, kind):
     settings["precision"] = args.precision
     settings["seed"] = args.seed
     settings["from"] = os.path.abspath(args.from_path) if args.from_path else None
+    settings["lora"] = args.lora
+    if args.lora is not None and (recipe.name != "gpt2" or args.from_path is None):
+        raise CommandError(
+            f"--lora {args.lora} fine-tunes a checkpoint's gpt2 model: it needs "
+            f"`train gpt2 --from PATH` (received task {recipe.name}"
+            + ("" if args.from_path else ", no --from")
+            + ")"
+        )
     settings["task"] = recipe.name
     return settings
 

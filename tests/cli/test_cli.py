@@ -217,7 +217,7 @@ def test_errors_are_one_line_and_write_nothing(tmp_path):
 
 def test_help_documents_every_command():
     result = run("--help")
-    for command in ["demo", "train", "generate", "classify", "translate"]:
+    for command in ["demo", "train", "generate", "export", "classify", "translate"]:
         assert command in result.stdout
     train = run("train", "--help")
     for flag in [

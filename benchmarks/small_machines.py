@@ -1,0 +1,235 @@
+"""int8 weights and LoRA at GPT-2 small size (124M), against float32 and
+full fine-tuning, in one run.
+
+Each variant runs in its own process (so that its peak resident memory is
+its own), one after the other:
+
+- decode: `kt.models.gpt2("gpt2_small")` with random weights, greedy
+  `kt.generation.generate` (the XLA-compiled KV-cache loop) of a 16-token
+  prompt to `--new` new tokens at batch 1, float32 weights and after
+  `quantize("int8")` (built in float32 first, so the int8 process's peak
+  memory includes the float weights; its resident memory after decoding
+  does not); the first call (compiling) is timed apart, then the median of
+  `--repeats` calls. Also one XLA matrix-vector pass over every
+  float32 weight matrix, the bandwidth ceiling of float32 decoding.
+- fine-tune: the same model, `model.fit` steps on random token windows of
+  length 128 at batch 4 (Adam, the masked cross-entropy), full fine-tuning
+  and `enable_lora(8, targets=("query", "value"))`; the median step time
+  after two compiling steps.
+
+Prints a table and the ratios (int8 / float32 tokens per second, LoRA /
+full step time and peak memory), and with `--json` the raw results.
+
+    pip install -e ".[bench]"
+    python benchmarks/small_machines.py [--new 32] [--repeats 3] [--steps 5]
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+PROMPT = 16
+
+
+def peak_megabytes():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def resident_megabytes():
+    """The process's resident memory now (Linux), after a collection."""
+    import gc
+
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def decode(mode, new, repeats):
+    import keras
+    import numpy as np
+
+    import keras_transformer as kt
+
+    keras.utils.set_random_seed(0)
+    model = kt.models.gpt2("gpt2_small", dropout=0.0)
+    if mode == "int8":
+        model.quantize("int8")
+    ids = np.random.default_rng(0).integers(1, 1000, (1, PROMPT)).astype("int32")
+    start = time.perf_counter()
+    first = kt.generation.generate(model, ids, new)
+    compile_seconds = time.perf_counter() - start
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        tokens = kt.generation.generate(model, ids, new)
+        times.append(time.perf_counter() - start)
+    assert np.array_equal(tokens, first)
+    weight_bytes = sum(np.asarray(w).nbytes for w in model.weights)
+    return {
+        "tokens_per_second": new / statistics.median(times),
+        "compile_seconds": compile_seconds,
+        "weight_megabytes": weight_bytes / 2**20,
+        "peak_megabytes": peak_megabytes(),
+        "resident_megabytes": resident_megabytes(),
+        "first_tokens": first[0, PROMPT : PROMPT + 8].tolist(),
+    }
+
+
+def ceiling(repeats):
+    """Seconds of one matrix-vector pass over every float32 weight matrix of
+    GPT-2 small (the bytes a batch-1 decoder reads per token)."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_transformer as kt
+
+    model = kt.models.gpt2("gpt2_small", dropout=0.0)
+    matrices = [
+        tf.reshape(w, (w.shape[0], -1)) if len(w.shape) == 3 else w
+        for w in (keras.ops.convert_to_tensor(v) for v in model.weights)
+        if len(w.shape) >= 2 and "position" not in w.name
+    ]
+    matrices = [tf.Variable(m) for m in matrices]
+
+    @tf.function(jit_compile=True)
+    def one_pass():
+        total = 0.0
+        for m in matrices:
+            x = tf.ones((1, m.shape[0]))
+            total += tf.reduce_sum(tf.matmul(x, m))
+        return total
+
+    one_pass()
+    times = []
+    for _ in range(max(repeats, 10)):
+        start = time.perf_counter()
+        one_pass().numpy()
+        times.append(time.perf_counter() - start)
+    size = sum(int(np.prod(m.shape)) * 4 for m in matrices)
+    seconds = statistics.median(times)
+    return {
+        "tokens_per_second": 1 / seconds,
+        "gigabytes_per_second": size / seconds / 1e9,
+    }
+
+
+def finetune(mode, steps):
+    import keras
+    import numpy as np
+
+    import keras_transformer as kt
+
+    keras.utils.set_random_seed(0)
+    model = kt.models.gpt2("gpt2_small", dropout=0.0)
+    if mode == "lora":
+        model.enable_lora(8, targets=("query", "value"))
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-4),
+        loss=kt.training.MaskedSparseCategoricalCrossentropy(),
+    )
+    tokens = np.random.default_rng(0).integers(1, 50000, (4 * (steps + 2), 129))
+    x, y = tokens[:, :-1].astype("int32"), tokens[:, 1:].astype("int32")
+    times = []
+
+    class Timer(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            times.append(time.perf_counter() - self.start)
+
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0, callbacks=[Timer()])
+    trainable = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    return {
+        "step_seconds": statistics.median(times[2:]),
+        "trainable": trainable,
+        "peak_megabytes": peak_megabytes(),
+    }
+
+
+def child(arguments):
+    kind, mode = arguments.child
+    if kind == "decode":
+        result = decode(mode, arguments.new, arguments.repeats)
+    elif kind == "ceiling":
+        result = ceiling(arguments.repeats)
+    else:
+        result = finetune(mode, arguments.steps)
+    print(json.dumps(result))
+
+
+def run(kind, mode, arguments):
+    command = [
+        sys.executable, __file__, "--child", kind, mode,
+        "--new", str(arguments.new), "--repeats", str(arguments.repeats),
+        "--steps", str(arguments.steps),
+    ]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise RuntimeError(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--new", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.child:
+        return child(arguments)
+    results = {
+        "float32": run("decode", "float32", arguments),
+        "int8": run("decode", "int8", arguments),
+        "ceiling": run("ceiling", "-", arguments),
+        "full": run("finetune", "full", arguments),
+        "lora": run("finetune", "lora", arguments),
+    }
+    f32, q8, top = results["float32"], results["int8"], results["ceiling"]
+    print(f"decode, GPT-2 small, batch 1, {arguments.new} new tokens (median):")
+    for name in ("float32", "int8"):
+        r = results[name]
+        print(
+            f"  {name:8s} {r['tokens_per_second']:6.1f} tok/s  weights "
+            f"{r['weight_megabytes']:6.0f} MB  RSS after {r['resident_megabytes']:5.0f}"
+            f" MB, peak {r['peak_megabytes']:5.0f} MB  (first call "
+            f"{r['compile_seconds']:.1f} s)"
+        )
+    print(
+        f"  ceiling  {top['tokens_per_second']:6.1f} tok/s (float32 matrix-vector "
+        f"pass, {top['gigabytes_per_second']:.1f} GB/s)"
+    )
+    print(
+        f"  int8 / float32: {q8['tokens_per_second'] / f32['tokens_per_second']:.2f}x"
+        f" tokens/s, {q8['resident_megabytes'] / f32['resident_megabytes']:.2f}x"
+        " RSS after decoding;"
+        f" float32 at {f32['tokens_per_second'] / top['tokens_per_second']:.0%}"
+        " of the ceiling"
+    )
+    full, lora = results["full"], results["lora"]
+    print("fine-tune, GPT-2 small, sequence 128, batch 4 (median step):")
+    for name in ("full", "lora"):
+        r = results[name]
+        print(
+            f"  {name:5s} {r['step_seconds']:6.2f} s/step  trainable "
+            f"{r['trainable']:>11,}  peak RSS {r['peak_megabytes']:6.0f} MB"
+        )
+    print(
+        f"  LoRA / full: {lora['step_seconds'] / full['step_seconds']:.2f}x step "
+        f"time, {lora['peak_megabytes'] / full['peak_megabytes']:.2f}x peak RSS"
+    )
+    if arguments.json:
+        print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
