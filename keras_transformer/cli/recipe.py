@@ -43,6 +43,7 @@ class Recipe:
     sentencepiece_options = {}
     weight_decay = 0.01
     beta_2 = 0.999
+    supports_lora = False  # `train --lora` (with --from)
 
     def builtin_data(self):
         """`(examples, description)`: the corpus used without `--data`."""

@@ -69,6 +69,7 @@ class GPT2Recipe(Recipe):
     )
     weight_decay = 0.1
     beta_2 = 0.99
+    supports_lora = True
 
     def builtin_data(self):
         return datasets.tiny_shakespeare(), "Tiny Shakespeare (built in)"

@@ -113,7 +113,7 @@ def resolve(recipe, args, kind):
     settings["seed"] = args.seed
     settings["from"] = os.path.abspath(args.from_path) if args.from_path else None
     settings["lora"] = args.lora
-    if args.lora is not None and (recipe.name != "gpt2" or args.from_path is None):
+    if args.lora is not None and not (recipe.supports_lora and args.from_path):
         raise CommandError(
             f"--lora {args.lora} fine-tunes a checkpoint's gpt2 model: it needs "
             f"`train gpt2 --from PATH` (received task {recipe.name}"
