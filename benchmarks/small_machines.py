@@ -17,11 +17,17 @@ its own), one after the other:
   and `enable_lora(8, targets=("query", "value"))`; the median step time
   after two compiling steps.
 
+- quality: a character GPT (4 layers, 128 wide) trained `--quality-steps`
+  steps on 90% of Tiny Shakespeare; its held-out loss in float32 and after
+  `quantize("int8")`.
+
 Prints a table and the ratios (int8 / float32 tokens per second, LoRA /
-full step time and peak memory), and with `--json` the raw results.
+full step time and peak memory, int8 / float32 held-out loss), and with
+`--json` the raw results.
 
     pip install -e ".[bench]"
     python benchmarks/small_machines.py [--new 32] [--repeats 3] [--steps 5]
+        [--quality-steps 1000] [--only decode|finetune|quality]
 """
 
 import argparse
@@ -154,12 +160,54 @@ def finetune(mode, steps):
     }
 
 
+def quality(steps):
+    """Held-out loss of a character GPT (nanoGPT's CPU shakespeare-char
+    sizes: 4 layers, 4 heads, 128 wide, context 64) trained `steps` steps on
+    the first 90% of Tiny Shakespeare, float32 and after `quantize("int8")`.
+    """
+    import keras
+    import numpy as np
+
+    import keras_transformer as kt
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+    with open(os.path.join(path, "tinyshakespeare.txt"), encoding="utf-8") as f:
+        text = f.read()
+    characters = sorted(set(text))
+    ids = np.array([characters.index(c) + 1 for c in text], "int32")  # 0: padding
+    cut = int(0.9 * len(ids))
+    train, held_out = ids[:cut], ids[cut:]
+    keras.utils.set_random_seed(0)
+    model = kt.models.gpt2(
+        len(characters) + 1, num_layers=4, num_heads=4, hidden_dim=128,
+        intermediate_dim=512, max_sequence_length=64, dropout=0.0,
+    )  # fmt: skip
+    model.compile(
+        optimizer=keras.optimizers.AdamW(2e-3, weight_decay=0.1, beta_2=0.99),
+        loss=kt.training.MaskedSparseCategoricalCrossentropy(),
+        jit_compile=True,
+    )
+    starts = np.random.default_rng(0).integers(0, len(train) - 65, (steps, 12))
+    windows = train[starts[..., None] + np.arange(65)].reshape(-1, 65)
+    model.fit(windows[:, :-1], windows[:, 1:], batch_size=12, epochs=1, verbose=0)
+    count = (len(held_out) - 1) // 64
+    x = held_out[: count * 64].reshape(count, 64)
+    y = held_out[1 : count * 64 + 1].reshape(count, 64)
+    float_loss = model.evaluate(x, y, batch_size=64, verbose=0)
+    model.quantize("int8")
+    model.compile(loss=kt.training.MaskedSparseCategoricalCrossentropy())
+    int8_loss = model.evaluate(x, y, batch_size=64, verbose=0)
+    return {"float32": float(float_loss), "int8": float(int8_loss), "steps": steps}
+
+
 def child(arguments):
     kind, mode = arguments.child
     if kind == "decode":
         result = decode(mode, arguments.new, arguments.repeats)
     elif kind == "ceiling":
         result = ceiling(arguments.repeats)
+    elif kind == "quality":
+        result = quality(arguments.quality_steps)
     else:
         result = finetune(mode, arguments.steps)
     print(json.dumps(result))
@@ -170,6 +218,7 @@ def run(kind, mode, arguments):
         sys.executable, __file__, "--child", kind, mode,
         "--new", str(arguments.new), "--repeats", str(arguments.repeats),
         "--steps", str(arguments.steps),
+        "--quality-steps", str(arguments.quality_steps),
     ]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, check=False)
     if out.returncode:
@@ -183,17 +232,42 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--quality-steps", type=int, default=1000,
+        help="training steps of the character GPT whose held-out loss is "
+        "compared in float32 and int8",
+    )  # fmt: skip
+    parser.add_argument(
+        "--only", choices=["decode", "finetune", "quality"], action="append",
+        help="run only these parts (default: all)",
+    )  # fmt: skip
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.child:
         return child(arguments)
-    results = {
-        "float32": run("decode", "float32", arguments),
-        "int8": run("decode", "int8", arguments),
-        "ceiling": run("ceiling", "-", arguments),
-        "full": run("finetune", "full", arguments),
-        "lora": run("finetune", "lora", arguments),
-    }
+    parts = arguments.only or ["decode", "finetune", "quality"]
+    results = {}
+    if "decode" in parts:
+        results["float32"] = run("decode", "float32", arguments)
+        results["int8"] = run("decode", "int8", arguments)
+        results["ceiling"] = run("ceiling", "-", arguments)
+        report_decode(results, arguments)
+    if "finetune" in parts:
+        results["full"] = run("finetune", "full", arguments)
+        results["lora"] = run("finetune", "lora", arguments)
+        report_finetune(results)
+    if "quality" in parts:
+        results["quality"] = q = run("quality", "-", arguments)
+        print(
+            f"character GPT, {q['steps']} steps, held-out loss: float32 "
+            f"{q['float32']:.4f}, int8 {q['int8']:.4f} "
+            f"({q['int8'] / q['float32'] - 1:+.2%})"
+        )
+    if arguments.json:
+        print(json.dumps(results, indent=1))
+
+
+def report_decode(results, arguments):
     f32, q8, top = results["float32"], results["int8"], results["ceiling"]
     print(f"decode, GPT-2 small, batch 1, {arguments.new} new tokens (median):")
     for name in ("float32", "int8"):
@@ -215,6 +289,9 @@ def main():
         f" float32 at {f32['tokens_per_second'] / top['tokens_per_second']:.0%}"
         " of the ceiling"
     )
+
+
+def report_finetune(results):
     full, lora = results["full"], results["lora"]
     print("fine-tune, GPT-2 small, sequence 128, batch 4 (median step):")
     for name in ("full", "lora"):
@@ -227,8 +304,6 @@ def main():
         f"  LoRA / full: {lora['step_seconds'] / full['step_seconds']:.2f}x step "
         f"time, {lora['peak_megabytes'] / full['peak_megabytes']:.2f}x peak RSS"
     )
-    if arguments.json:
-        print(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
