@@ -40,9 +40,10 @@ def load_generator(args):
         )
     if args.lora:
         model.load_lora(args.lora)
+        # Folded in: decoding then reads one kernel per projection, not the
+        # kernel and the two LoRA matrices at every step.
+        model.merge_lora()
     if args.quantize:
-        if model.lora_rank is not None:
-            model.merge_lora()
         model.quantize(args.quantize)
     return tasks.TextGenerator(model, tokenizer, end_token=end_token(tokenizer))
 

@@ -43,6 +43,12 @@ class LoRAMixin:
         """None, or the rank of the enabled LoRA update."""
         return getattr(self, "_lora", {}).get("rank")
 
+    @property
+    def lora_alpha(self):
+        """None, or the alpha of the enabled LoRA update (its scale is
+        `lora_alpha / lora_rank`)."""
+        return getattr(self, "_lora", {}).get("alpha")
+
     def enable_lora(self, rank, targets=("query", "value"), alpha=None):
         """Freezes the model and adds a trainable rank-`rank` update to each
         projection named in `targets`.
@@ -84,7 +90,7 @@ class LoRAMixin:
                 "the float model, merge it, then quantize. Received: model "
                 f"with quantized_mode={self.quantized_mode!r}"
             )
-        layers = self._projections()
+        layers = self.projection_layers()
         names = sorted({layer.name for layer in layers})
         for target in targets:
             if target not in names:
@@ -109,15 +115,17 @@ class LoRAMixin:
         }
         self._reset_compiled_functions()
 
-    def _projections(self):
+    def projection_layers(self):
+        """The `Dense` / `EinsumDense` layers LoRA can adapt (`targets`
+        name them)."""
         return [la for la in self._flatten_layers() if isinstance(la, LORA_LAYERS)]
 
-    def _lora_layers(self):
-        """`{path in the model: layer}` of the layers with LoRA."""
+    def lora_layers(self):
+        """`{path in the model: layer}` of the layers with LoRA enabled."""
         prefix = self.name + "/"
         return {
             layer.path.removeprefix(prefix): layer
-            for layer in self._projections()
+            for layer in self.projection_layers()
             if getattr(layer, "lora_enabled", False)
         }
 
@@ -162,7 +170,7 @@ class LoRAMixin:
             PEFT_FORMAT["modules"](self)  # a ValueError for other classes
             return PEFT_FORMAT["save"](self, os.fspath(path))
         tensors = {}
-        for name, layer in self._lora_layers().items():
+        for name, layer in self.lora_layers().items():
             tensors[f"{name}/lora_kernel_a"] = np.asarray(layer.lora_kernel_a)
             tensors[f"{name}/lora_kernel_b"] = np.asarray(layer.lora_kernel_b)
         settings = {k: v for k, v in self._lora.items() if k != "frozen"}
@@ -224,7 +232,7 @@ class LoRAMixin:
             self.enable_lora(
                 metadata["rank"], targets=metadata["targets"], alpha=metadata["alpha"]
             )
-        layers = self._lora_layers()
+        layers = self.lora_layers()
         expected = {
             f"{name}/{part}": tuple(getattr(layer, part).shape)
             for name, layer in layers.items()
@@ -247,7 +255,7 @@ class LoRAMixin:
         (trainable as before `enable_lora`), ready to export, quantize or
         `save_pretrained`."""
         self._check_lora("merge_lora")
-        for layer in self._lora_layers().values():
+        for layer in self.lora_layers().values():
             merged = np.asarray(keras.ops.convert_to_numpy(layer.kernel))
             layer._tracker.unlock()
             layer._kernel.assign(merged.astype(layer._kernel.dtype))

@@ -28,7 +28,7 @@ import numpy as np
 from keras_transformer import _validation as validation
 from keras_transformer.models.gpt import GPT2
 from keras_transformer.models.llama import Llama
-from keras_transformer.models.lora import LORA_LAYERS, PEFT_FORMAT
+from keras_transformer.models.lora import PEFT_FORMAT
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -146,9 +146,8 @@ def load(model, path):
     targets = sorted({layer.name for layer, _, _ in updates.values()})
     layers = [layer for layer, _, _ in updates.values()]
     missing = [
-        layer.path for layer in model._flatten_layers()
+        layer.path for layer in model.projection_layers()
         if layer.name in targets and layer not in layers
-        and isinstance(layer, LORA_LAYERS)
     ]  # fmt: skip
     if missing:
         raise ValueError(
@@ -157,7 +156,7 @@ def load(model, path):
         )
     if model.lora_rank is None:
         model.enable_lora(rank, targets=targets, alpha=rank)
-    enabled = [la for la in model._lora_layers().values()]
+    enabled = list(model.lora_layers().values())
     if sorted(map(id, enabled)) != sorted(updates) or any(
         tuple(layer.lora_kernel_a.shape) != a.shape
         or tuple(layer.lora_kernel_b.shape) != b.shape
@@ -177,7 +176,7 @@ def save(model, path):
     from safetensors.numpy import save_file
 
     table = modules(model)
-    rank, alpha = model.lora_rank, model._lora["alpha"]
+    rank, alpha = model.lora_rank, model.lora_alpha
     tensors, targets, ranks = {}, [], {}
     for module, parts in table.items():
         adapted = [(layer, rows) for layer, rows in parts if layer.lora_enabled]

@@ -63,7 +63,7 @@ def test_enable_lora_keeps_outputs_and_trains_only_the_updates(family):
         and la.name in targets
     ]
     assert len(adapted) >= 2 * len(targets)  # two blocks (and cross-attention)
-    assert len(model._lora_layers()) == len(adapted)  # each named by its path
+    assert len(model.lora_layers()) == len(adapted)  # each named by its path
     expected = sum(2 * sum(matrix_sizes(la)) for la in adapted)
     trainable = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
     assert trainable == expected
