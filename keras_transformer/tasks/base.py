@@ -20,11 +20,12 @@ import keras
 from keras_transformer import _validation as validation
 from keras_transformer.export import savedmodel
 from keras_transformer.models import from_pretrained as model_from_pretrained
+from keras_transformer.models.base import FitMixin
 from keras_transformer.pretrained import checkpoint
 from keras_transformer.text import tokenizer_from_pretrained
 
 
-class Task(keras.Model):
+class Task(FitMixin, keras.Model):
     """Base class of the tasks: a model and its tokenizer, text in, text out.
 
     Calling a task calls its model (ids in, the model's outputs out), so
