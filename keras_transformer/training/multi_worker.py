@@ -107,7 +107,7 @@ def fit_needs_workaround():
         return False
     reduces_batch = bool(builds.reductions)
     reduces_scalar_on_axis_0 = any(
-        axis == 0 and value.shape.rank == 0 for value, axis in logs.reductions
+        axis == 0 and len(value.shape) == 0 for value, axis in logs.reductions
     )
     return reduces_batch or reduces_scalar_on_axis_0
 
@@ -135,7 +135,7 @@ def logs_as_vectors(logs):
     """Each scalar log as a vector of one value: the replicas' mean along
     axis 0 is then the mean over replicas."""
     return tree.map_structure(
-        lambda value: tf.reshape(value, [1]) if value.shape.rank == 0 else value,
+        lambda value: tf.reshape(value, [1]) if len(value.shape) == 0 else value,
         logs,
     )
 

@@ -9,13 +9,23 @@ Layout of a run directory:
 
 `backup/` and `random_state.json` are deleted when `fit` completes;
 `model.keras` stays.
+
+Under a multi-worker strategy the directory is worker 0's: every worker
+restores from it, and only worker 0 writes it. The other workers still save
+whenever worker 0 does (a save can need every worker, as in tf.keras), into
+a temporary folder that is deleted once written.
 """
 
+import contextlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 
 import keras
+
+from keras_transformer.training import multi_worker
 
 BACKUP = "backup"
 RANDOM_STATE = "random_state.json"
@@ -42,6 +52,12 @@ def resumable_callbacks(directory):
     steps), steps_per_epoch=steps, ...)`, so a backup is at most `steps`
     steps old and the data resumes where the backup stopped.
 
+    Under `tf.distribute.MultiWorkerMirroredStrategy`, give every worker
+    the same callbacks and the same `directory`, on a file system they all
+    see (a shared disk, or `gs://...`): all of them restore from it, worker
+    0 alone writes to it, and the others write their copies to temporary
+    folders that are deleted at once.
+
     Args:
         directory: the run directory (created if needed); use one per run.
 
@@ -65,8 +81,8 @@ def resumable_callbacks(directory):
         # Before BackupAndRestore: at an epoch end the random states of the
         # new backup are written first, so every backup has its states.
         _RandomStateBackup(os.path.join(directory, RANDOM_STATE), backup),
-        keras.callbacks.BackupAndRestore(backup),
-        keras.callbacks.ModelCheckpoint(os.path.join(directory, CHECKPOINT)),
+        BackupAndRestore(backup),
+        ModelCheckpoint(os.path.join(directory, CHECKPOINT)),
     ]
 
 
@@ -86,6 +102,57 @@ def resume_epoch(directory):
     """
     _check_directory(directory)
     return _backup_epoch(os.path.join(directory, BACKUP)) or 0
+
+
+@contextlib.contextmanager
+def _written_by_chief(callback, *attributes):
+    """Inside, on a worker other than worker 0 of a multi-worker strategy,
+    the callback's path `attributes` point into a temporary folder, which is
+    deleted afterwards; on worker 0 (or without such a strategy) they are
+    unchanged."""
+    if multi_worker.is_chief(callback.model.distribute_strategy):
+        yield
+        return
+    saved = {name: getattr(callback, name) for name in attributes}
+    folder = tempfile.mkdtemp(prefix="keras_transformer_worker_")
+    try:
+        for name, path in saved.items():
+            setattr(callback, name, os.path.join(folder, os.path.basename(path)))
+        yield
+    finally:
+        for name, path in saved.items():
+            setattr(callback, name, path)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class BackupAndRestore(keras.callbacks.BackupAndRestore):
+    """`keras.callbacks.BackupAndRestore` that only worker 0 writes to (and
+    deletes at the end) under a multi-worker strategy; every worker restores
+    from its backup."""
+
+    def _save_model(self):
+        with _written_by_chief(
+            self,
+            "backup_dir",
+            "_weights_path",
+            "_training_metadata_path",
+            "_prev_weights_path",
+            "_prev_training_metadata_path",
+        ):
+            super()._save_model()
+
+    def on_train_end(self, logs=None):
+        if multi_worker.is_chief(self.model.distribute_strategy):
+            super().on_train_end(logs)
+
+
+class ModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """`keras.callbacks.ModelCheckpoint` whose file only worker 0 keeps
+    under a multi-worker strategy."""
+
+    def _save_model(self, *args, **kwargs):
+        with _written_by_chief(self, "filepath"):
+            super()._save_model(*args, **kwargs)
 
 
 class _RandomStateBackup(keras.callbacks.Callback):
@@ -126,14 +193,16 @@ class _RandomStateBackup(keras.callbacks.Callback):
             keras.ops.convert_to_numpy(v).tolist() for v in self._variables()
         ]
         latest = sorted(saved, key=int)[-2:]
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        temporary = self.path + ".tmp"
-        with open(temporary, "w") as file:
-            json.dump({key: saved[key] for key in latest}, file)
-        os.replace(temporary, self.path)  # atomic: never a half-written file
+        with _written_by_chief(self, "path"):
+            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+            temporary = self.path + ".tmp"
+            with open(temporary, "w") as file:
+                json.dump({key: saved[key] for key in latest}, file)
+            os.replace(temporary, self.path)  # atomic: never half-written
 
     def on_train_end(self, logs=None):
-        if os.path.exists(self.path):
+        chief = multi_worker.is_chief(self.model.distribute_strategy)
+        if chief and os.path.exists(self.path):
             os.remove(self.path)
 
     def _variables(self):

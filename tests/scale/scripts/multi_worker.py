@@ -1,58 +1,139 @@
-"""One worker of a two-worker MultiWorkerMirroredStrategy run of a tiny GPT,
-for tests/scale/test_distribute.py; the cluster comes from TF_CONFIG.
+"""One worker of a MultiWorkerMirroredStrategy run, for
+tests/scale/test_multi_worker.py; the cluster comes from TF_CONFIG (one
+worker: the 1-worker run the others are compared with).
 
-    python multi_worker.py fit       # model.fit: 2 epochs of 3 steps
-    python multi_worker.py custom    # a custom training loop: 6 steps
+    python multi_worker.py fit OUT             # model.fit of a tiny GPT-2 and
+                                               # a tiny BERT classifier
+    python multi_worker.py resume RUN OUT [--kill-at STEP]
+    python multi_worker.py custom OUT          # the custom loop (docs appendix)
 
-Prints one JSON line: the losses and a hash of the final weights, or, when
-`fit` stops at a known Keras bug (KNOWN_FIT_BUGS, keras-team/keras#20585),
-the bug's message under "upstream_bug". Any other error fails the worker.
+`fit` trains each model 2 epochs of 3 global batches of 8 (arrays,
+`shuffle=False`) and prints one JSON line: the replica count and, per model,
+the loss and metrics `fit` reported for each epoch; the final weights go to
+OUT (an .npz file).
+
+`resume` trains a GPT with dropout 3 epochs of 4 steps with
+`kt.training.resumable_callbacks(RUN)`, its data a step-indexed stream that
+starts at `resume_epoch(RUN) * 4`. With `--kill-at STEP`, the worker
+SIGKILLs itself right after global step STEP. The final weights and step
+count go to OUT.
 """
 
-import hashlib
+import argparse
 import json
-import sys
+import os
+import signal
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 import keras_transformer as kt
 from tests.scale import common
 
-# What Keras 3's TensorFlow trainer raises under this strategy with more than
-# one worker: `_maybe_symbolic_build` reduces the nested (x, y) batch, and
-# past that `reduce_per_replica` reduces a scalar along axis 0.
-KNOWN_FIT_BUGS = (
-    "Attempt to convert a value (PerReplica:",
-    "Invalid reduction dimension 0 for input with 0 dimensions",
-)
+GLOBAL_BATCH, STEPS = 8, 3
 
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
-x, y = common.data("gpt")
-options = tf.data.Options()  # shard batches' rows across workers, as AUTO does
-options.experimental_distribute.auto_shard_policy = (
-    tf.data.experimental.AutoShardPolicy.DATA
-)
-dataset = (
-    tf.data.Dataset.from_tensor_slices((x, y))
-    .batch(common.BATCH)
-    .repeat()
-    .with_options(options)
-)
-with strategy.scope():
-    model = common.compile_model(common.build("gpt"))
-    model.optimizer.build(model.trainable_variables)
 
-if sys.argv[1] == "fit":
-    try:
-        history = model.fit(dataset, epochs=2, steps_per_epoch=3, verbose=0)
-    except (ValueError, tf.errors.InvalidArgumentError) as error:
-        if not any(bug in str(error) for bug in KNOWN_FIT_BUGS):
-            raise
-        print(json.dumps({"upstream_bug": str(error).splitlines()[0]}))
-        sys.exit(0)
-    losses = history.history["loss"]
-else:
+def bert_classifier():
+    backbone = kt.models.bert(common.VOCAB, num_layers=1, num_heads=2,
+                              hidden_dim=16, intermediate_dim=32,
+                              max_sequence_length=common.LENGTH, dropout=0.0)  # fmt: skip
+    return kt.models.bert_classifier(backbone, 2, dropout=0.0)
+
+
+def classifier_data(num):
+    """Label 1 when the first real token is odd; rows of equal lengths in
+    each half batch (so both replicas see the same number of tokens)."""
+    rng = np.random.default_rng(1)
+    ids = rng.integers(2, common.VOCAB, (num, common.LENGTH))
+    lengths = np.resize(rng.integers(3, common.LENGTH + 1, GLOBAL_BATCH // 2), num)
+    ids = np.where(np.arange(common.LENGTH) < lengths[:, None], ids, 0)
+    features = {
+        "token_ids": ids.astype("int32"),
+        "segment_ids": np.zeros_like(ids, "int32"),
+        "padding_mask": ids != 0,
+    }
+    return features, (ids[:, 0] % 2).astype("int32")
+
+
+def fit(strategy, out):
+    results, weights = {"replicas": strategy.num_replicas_in_sync}, {}
+    runs = {
+        "gpt": (lambda: common.build("gpt"), common.data("gpt")),
+        "bert_classifier": (bert_classifier, classifier_data(GLOBAL_BATCH * STEPS)),
+    }
+    for name, (build, (x, y)) in runs.items():
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            model = build()
+            if name == "gpt":
+                common.compile_model(model)
+            else:
+                model.compile(
+                    optimizer=kt.training.AdamW(5e-3, weight_decay=0.01),
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                    metrics=["sparse_categorical_accuracy"],
+                )
+        history = model.fit(
+            x, y, batch_size=GLOBAL_BATCH, epochs=2, shuffle=False, verbose=0
+        )
+        results[name] = history.history
+        for i, value in enumerate(model.get_weights()):
+            weights[f"{name}_{i}"] = value
+    np.savez(out, **weights)
+    return results
+
+
+class KillAt(keras.callbacks.Callback):
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def resume(strategy, run, out, kill_at):
+    steps, epochs = 4, 3
+    ids = np.random.default_rng(0).integers(1, common.VOCAB, (48, common.LENGTH + 1))
+    ids[::3, common.LENGTH // 2 :] = 0  # some padding
+    start = kt.training.resume_epoch(run) * steps
+    data = (
+        tf.data.Dataset.from_tensor_slices((ids[:, :-1], ids[:, 1:]))
+        .batch(GLOBAL_BATCH)
+        .repeat()
+        .skip(start)
+    )
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = kt.models.gpt2(common.VOCAB, num_layers=1, num_heads=2,
+                               hidden_dim=16, intermediate_dim=32,
+                               max_sequence_length=common.LENGTH, dropout=0.1)  # fmt: skip
+        schedule = kt.training.warmup_cosine_decay(1e-2, 2, steps * epochs)
+        model.compile(
+            optimizer=kt.training.AdamW(schedule, weight_decay=0.1),
+            loss=kt.training.MaskedSparseCategoricalCrossentropy(),
+        )
+    callbacks = kt.training.resumable_callbacks(run)
+    if kill_at is not None:
+        callbacks.append(KillAt(kill_at))
+    model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks,
+              verbose=0)  # fmt: skip
+    np.savez(out, *model.get_weights(), steps=int(model.optimizer.iterations.numpy()),
+             start=start)  # fmt: skip
+    return {"replicas": strategy.num_replicas_in_sync, "start": start}
+
+
+def custom(strategy, out):
+    """The custom training loop docs/scale.md keeps as an appendix."""
+    x, y = common.data("gpt")
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH).repeat()
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = common.build("gpt")
+        optimizer = kt.training.AdamW(5e-3, weight_decay=0.01)
+        optimizer.build(model.trainable_variables)
     loss_fn = kt.training.MaskedSparseCategoricalCrossentropy()
 
     @tf.function
@@ -64,21 +145,32 @@ else:
                 loss = loss_fn(y, model(x, training=True))
             variables = model.trainable_variables
             gradients = tape.gradient(loss, variables)
-            model.optimizer.apply_gradients(zip(gradients, variables, strict=True))
+            optimizer.apply_gradients(zip(gradients, variables, strict=True))
             return loss
 
         return strategy.reduce("SUM", strategy.run(replica_step, args=batch), None)
 
     batches = iter(strategy.experimental_distribute_dataset(dataset))
     losses = [float(train_step(next(batches))) for _ in range(6)]
+    np.savez(out, *model.get_weights())
+    return {"replicas": strategy.num_replicas_in_sync, "loss": losses}
 
-weights = hashlib.sha256(b"".join(np.asarray(w).tobytes() for w in model.get_weights()))
-print(
-    json.dumps(
-        {
-            "replicas": strategy.num_replicas_in_sync,
-            "loss": losses,
-            "weights": weights.hexdigest(),
-        }
-    )
-)
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["fit", "resume", "custom"])
+    parser.add_argument("paths", nargs="+")
+    parser.add_argument("--kill-at", type=int)
+    args = parser.parse_args()
+    strategy = kt.training.multi_worker_strategy()
+    if args.mode == "fit":
+        result = fit(strategy, *args.paths)
+    elif args.mode == "resume":
+        result = resume(strategy, *args.paths, args.kill_at)
+    else:
+        result = custom(strategy, *args.paths)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
