@@ -20,7 +20,7 @@ import time
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.cli import demo
+from keras_transformer.cli import demo, distribute
 from keras_transformer.cli.data import file_digest, load_data
 from keras_transformer.cli.errors import CommandError
 from keras_transformer.cli.recipe_gpt2 import load_generator
@@ -78,7 +78,9 @@ def check_output(output, overwrite):
 
 
 def _identity(settings, data_digest, validation_digest):
-    keep = {k: v for k, v in settings.items() if k != "eval_every"}
+    # A backup resumes under another --distribute: the global batch is
+    # the same, and so are the steps.
+    keep = {k: v for k, v in settings.items() if k not in ("eval_every", "distribute")}
     return {**keep, "data": data_digest, "validation_data": validation_digest}
 
 
@@ -115,14 +117,23 @@ def _check_resume(work, resume, overwrite, identity):
 
 def _train(args):
     recipe = TASKS[args.task]
-    output = check_output(args.output, args.overwrite)
-    work = work_folder(output)
+    chief = distribute.check_environment(args.distribute)
+    # Worker 0 checks and writes the output; the others train in step.
+    output = check_output(args.output, args.overwrite) if chief else args.output
+    work = work_folder(os.path.abspath(output))
     kind = checkpoint_kind(args.from_path, recipe, TASKS) if args.from_path else None
     settings = resolve(recipe, args, kind)
+    distribute.check_batch(settings["distribute"], settings["batch_size"])
     data = load_data(recipe, args.data, args.validation_data)
     identity = _identity(
         settings, file_digest(args.data), file_digest(args.validation_data)
     )
+    strategy = distribute.make_strategy(settings["distribute"], settings["batch_size"])
+    if not chief:
+        with distribute.worker_folder() as folder:
+            Run(recipe, settings, data, folder, kind, args.resume, args.verbose,
+                args.samples, strategy=strategy, shared=work).train()  # fmt: skip
+        return 0
     _check_resume(work, args.resume, args.overwrite, identity)
     train, held_out, source, notes = data
     size = f"{len(train):,} + {len(held_out):,} held-out {recipe.data_unit}"
@@ -135,7 +146,15 @@ def _train(args):
         json.dump(identity, f, indent=2)
     began = time.time()
     job = Run(
-        recipe, settings, data, work, kind, args.resume, args.verbose, args.samples
+        recipe,
+        settings,
+        data,
+        work,
+        kind,
+        args.resume,
+        args.verbose,
+        args.samples,
+        strategy=strategy,
     )
     try:
         results, _ = job.train()

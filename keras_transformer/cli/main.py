@@ -219,6 +219,14 @@ def _add_train(commands):
         help="float32 (default), mixed_bfloat16 (TPU, recent GPUs and CPUs), "
         "mixed_float16 (GPUs; loss scaling is automatic)",
     )
+    fit.add_argument(
+        "--distribute",
+        choices=("none", "mirrored", "multi-worker"),
+        default="none",
+        help="none (default); mirrored: split each batch over this machine's "
+        "devices; multi-worker: over the machines TF_CONFIG lists, each running "
+        "this same command (worker 0 prints and writes --output)",
+    )
     fit.add_argument("--seed", type=_bounded(int, 0), default=0, help="random seed")
     fit.add_argument(
         "--samples",

@@ -58,7 +58,8 @@ class BERTRecipe(Recipe):
         index = {name: i for i, name in enumerate(class_names)}
         texts = [t for t, _ in run.train_data]
         tokenizer = run.make_tokenizer(texts)
-        backbone, model = self.model(run, tokenizer, class_names)
+        with run.scope():
+            backbone, model = self.model(run, tokenizer, class_names)
         length = s["context"] or fitted_length(
             tokenizer,
             texts,
@@ -89,12 +90,13 @@ class BERTRecipe(Recipe):
             [train_x[k] for k in keys] + [train_y], order, start_step
         )
         batches = batches.map(lambda *a: (dict(zip(keys, a[:-1], strict=True)), a[-1]))
-        model.compile(
-            optimizer=run.optimizer(steps),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-            jit_compile=True,
-        )
+        with run.scope():
+            model.compile(
+                optimizer=run.optimizer(steps),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"],
+                jit_compile=run.jit_compile(),
+            )
         first = order[0]
         initial = run.initial_loss(
             model, {k: v[first] for k, v in train_x.items()}, train_y[first]

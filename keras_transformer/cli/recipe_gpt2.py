@@ -94,18 +94,19 @@ class GPT2Recipe(Recipe):
         tokenizer = run.make_tokenizer(run.train_data.splitlines(keepends=True))
         train = token_stream(tokenizer, run.train_data)
         held_out = token_stream(tokenizer, run.held_out)
-        if run.kind == "huggingface":
-            model = models.from_pretrained(s["from"])
-        elif run.kind == "ours":
-            model = run.load_previous()
-        else:
-            model = models.gpt2(
-                tokenizer.vocabulary_size(),
-                max_sequence_length=s["context"],
-                **run.sizes(),
-            )
-        if s.get("lora"):
-            model.enable_lora(s["lora"], targets=LORA_TARGETS)
+        with run.scope():
+            if run.kind == "huggingface":
+                model = models.from_pretrained(s["from"])
+            elif run.kind == "ours":
+                model = run.load_previous()
+            else:
+                model = models.gpt2(
+                    tokenizer.vocabulary_size(),
+                    max_sequence_length=s["context"],
+                    **run.sizes(),
+                )
+            if s.get("lora"):
+                model.enable_lora(s["lora"], targets=LORA_TARGETS)
         context = s["context"]
         if context > model.max_sequence_length:
             raise CommandError(
@@ -136,11 +137,12 @@ class GPT2Recipe(Recipe):
         held_x = held_out[: count * context].reshape(count, context)
         held_y = held_out[1 : count * context + 1].reshape(count, context)
         probe = np.linspace(0, count - 1, min(count, 256)).astype(int)
-        model.compile(
-            optimizer=run.optimizer(steps),
-            loss=training.MaskedSparseCategoricalCrossentropy(),
-            jit_compile=True,
-        )
+        with run.scope():
+            model.compile(
+                optimizer=run.optimizer(steps),
+                loss=training.MaskedSparseCategoricalCrossentropy(),
+                jit_compile=run.jit_compile(),
+            )
         first = tf.gather(stream, windows[0])
         initial = run.initial_loss(model, first[:, :-1], first[:, 1:])
         run.announce(model, tokenizer, steps, every)

@@ -59,19 +59,21 @@ class Seq2SeqRecipe(Recipe):
                 raise CommandError(f"the tokenizer has no {token} token")
         start_id = tokenizer.token_to_id("[START]")
         end_id = tokenizer.token_to_id("[END]")
-        if run.kind == "ours":
-            model = run.load_previous()
-            limit = model.max_sequence_length
-        else:
-            model, limit = None, s["context"] or MAX_CONTEXT_FROM_DATA
+        with run.scope():
+            if run.kind == "ours":
+                model = run.load_previous()
+                limit = model.max_sequence_length
+            else:
+                model, limit = None, s["context"] or MAX_CONTEXT_FROM_DATA
         source_length = fitted_length(tokenizer, sources, 0, limit)
         target_length = fitted_length(tokenizer, targets, 2, limit)
-        if model is None:
-            model = models.seq2seq(
-                tokenizer.vocabulary_size(),
-                max_sequence_length=max(source_length, target_length),
-                **run.sizes(),
-            )
+        with run.scope():
+            if model is None:
+                model = models.seq2seq(
+                    tokenizer.vocabulary_size(),
+                    max_sequence_length=max(source_length, target_length),
+                    **run.sizes(),
+                )
 
         def encode(rows):
             source = pad_rows(token_ids(tokenizer, [a for a, _ in rows]), source_length)
@@ -91,18 +93,19 @@ class Seq2SeqRecipe(Recipe):
         batches = batches.map(
             lambda a, b, c: ({"encoder_token_ids": a, "decoder_token_ids": b}, c)
         )
-        model.compile(
-            optimizer=keras.optimizers.Adam(
-                training.warmup_cosine_decay(
-                    s["learning_rate"], steps // 10, steps, s["learning_rate"] / 10
+        with run.scope():
+            model.compile(
+                optimizer=keras.optimizers.Adam(
+                    training.warmup_cosine_decay(
+                        s["learning_rate"], steps // 10, steps, s["learning_rate"] / 10
+                    ),
+                    beta_2=0.98,
+                    global_clipnorm=1.0,
                 ),
-                beta_2=0.98,
-                global_clipnorm=1.0,
-            ),
-            loss=training.MaskedSparseCategoricalCrossentropy(label_smoothing=0.05),
-            metrics=[training.MaskedAccuracy()],
-            jit_compile=True,
-        )
+                loss=training.MaskedSparseCategoricalCrossentropy(label_smoothing=0.05),
+                metrics=[training.MaskedAccuracy()],
+                jit_compile=run.jit_compile(),
+            )
         first = order[0]
         initial = run.initial_loss(
             model,

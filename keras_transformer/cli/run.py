@@ -10,6 +10,7 @@ recipe's `train(run)`; the work folder is renamed to `--output` by the
 command.
 """
 
+import contextlib
 import json
 import os
 import warnings
@@ -37,10 +38,17 @@ class Run:
         resume: whether to continue from the work folder's backup.
         verbose: `--verbose`.
         samples: how many samples or examples the results show.
+        strategy: the `tf.distribute` strategy of `--distribute` (None:
+            the default one); models are built and compiled in `scope()`.
+        shared: worker 0's work folder, whose backups and files a resumed
+            run reads (default `work`; another worker writes in its own
+            temporary `work`).
     """
 
-    def __init__(self, recipe, settings, data, work, kind, resume, verbose, samples):
+    def __init__(self, recipe, settings, data, work, kind, resume, verbose, samples,
+                 strategy=None, shared=None):  # fmt: skip
         self.recipe, self.settings, self.work = recipe, settings, work
+        self.strategy, self.shared = strategy, shared or work
         self.train_data, self.held_out, self.source, self.notes = data
         self.kind, self.resume, self.verbose, self.samples = (
             kind,
@@ -59,12 +67,32 @@ class Run:
         finally:
             keras.mixed_precision.set_global_policy("float32")
 
+    def scope(self):
+        """Where the recipe builds and compiles its model: the strategy's
+        scope under `--distribute`."""
+        if self.strategy is None:
+            return contextlib.nullcontext()
+        return self.strategy.scope()
+
+    def jit_compile(self):
+        """Whether the recipe compiles its steps with XLA: yes, unless a
+        `--distribute` strategy runs on CPUs, where XLA has no collective
+        operations ("Collectives are not yet implemented for CPU devices
+        when compiling with XLA")."""
+        if self.strategy is None:
+            return True
+        return any(
+            "CPU" not in device.upper()
+            for device in self.strategy.extended.worker_devices
+        )
+
     def make_tokenizer(self, texts):
         """The run's tokenizer: a resumed run's, the checkpoint's, or one
         learned from `texts`; kept in the work folder."""
         path = os.path.join(self.work, "tokenizer.json")
-        if self.resume and os.path.exists(path):
-            return load_tokenizer(path)
+        resumed = os.path.join(self.shared, "tokenizer.json")
+        if self.resume and os.path.exists(resumed):
+            return load_tokenizer(resumed)
         if self.kind == "huggingface":
             tokenizer = text.tokenizer_from_pretrained(self.settings["from"])
         elif self.kind == "ours":
@@ -118,7 +146,7 @@ class Run:
             # Before the backup: an interval's row is on disk before the
             # backup that ends it (a resumed run drops rows past its backup).
             HistoryLog(history, every, start_step),
-            *training.resumable_callbacks(os.path.join(self.work, "run")),
+            *training.resumable_callbacks(os.path.join(self.shared, "run")),
         ]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*shuffle=True.*")
@@ -141,8 +169,9 @@ class Run:
         """The loss on the first batch before any update (kept in the work
         folder, so a resumed run reports the original run's)."""
         path = os.path.join(self.work, "initial_loss.json")
-        if self.resume and os.path.exists(path):
-            with open(path) as f:
+        resumed = os.path.join(self.shared, "initial_loss.json")
+        if self.resume and os.path.exists(resumed):
+            with open(resumed) as f:
                 return json.load(f)
         loss = evaluate_loss(model, x, y)
         with open(path, "w") as f:
@@ -151,7 +180,7 @@ class Run:
 
     def start_step(self, every):
         """The step a resumed run continues from (0 for a new one)."""
-        return training.resume_epoch(os.path.join(self.work, "run")) * every
+        return training.resume_epoch(os.path.join(self.shared, "run")) * every
 
     def announce(self, model, tokenizer, steps, every):
         """Prints the model's size, the tokenizer and the run's length."""
@@ -174,7 +203,9 @@ class Run:
         """Writes model.keras, tokenizer.json and config.json."""
         model.save(os.path.join(self.work, "model.keras"))
         save_tokenizer(tokenizer, os.path.join(self.work, "tokenizer.json"))
-        os.remove(os.path.join(self.work, "initial_loss.json"))
+        initial = os.path.join(self.work, "initial_loss.json")
+        if os.path.exists(initial):  # not in another worker's resumed run
+            os.remove(initial)
         config = {
             "task": self.recipe.name,
             "settings": self.settings,

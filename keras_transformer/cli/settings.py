@@ -110,6 +110,7 @@ def resolve(recipe, args, kind):
         )
     recipe.refine(settings, kind, args)
     settings["precision"] = args.precision
+    settings["distribute"] = args.distribute
     settings["seed"] = args.seed
     settings["from"] = os.path.abspath(args.from_path) if args.from_path else None
     settings["lora"] = args.lora

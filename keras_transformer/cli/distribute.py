@@ -1,0 +1,77 @@
+"""`train --distribute`: the `tf.distribute` strategy a run trains under.
+
+`mirrored` splits each batch over this machine's devices; `multi-worker`
+over the workers that `TF_CONFIG` lists, each running the same command.
+Worker 0 (the chief) prints, writes `--output` and keeps the backups that
+`--resume` continues from; every other worker trains in step with it in a
+temporary folder that it deletes at the end, and prints nothing.
+"""
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+
+import tensorflow as tf
+
+from keras_transformer import training
+from keras_transformer.cli.errors import CommandError
+
+CHOICES = ("none", "mirrored", "multi-worker")
+
+
+def check_environment(distribute):
+    """Checks what `--distribute` needs before any work (a `TF_CONFIG` for
+    multi-worker) and returns whether this process is worker 0."""
+    if distribute != "multi-worker":
+        return True
+    return _checked_tf_config()[1] == 0
+
+
+def check_batch(distribute, batch_size):
+    """Checks, before any work, that a multi-worker global batch splits
+    over its workers (each has one replica or more)."""
+    if distribute == "multi-worker":
+        workers, _ = _checked_tf_config()
+        try:
+            training.check_global_batch(batch_size, len(workers))
+        except ValueError as error:
+            raise CommandError(f"--batch-size {batch_size}: {error}") from None
+
+
+def _checked_tf_config():
+    try:
+        return training.check_tf_config()
+    except ValueError as error:
+        raise CommandError(f"--distribute multi-worker: {error}") from None
+
+
+def make_strategy(distribute, batch_size):
+    """The strategy of `--distribute` (None for `none`), once its global
+    batch is known to split evenly over its replicas. A multi-worker
+    strategy waits here until every worker has started."""
+    if distribute == "none":
+        return None
+    if distribute == "mirrored":
+        strategy = tf.distribute.MirroredStrategy()
+    else:
+        strategy = training.multi_worker_strategy()
+    try:
+        training.check_global_batch(batch_size, strategy)
+    except ValueError as error:
+        raise CommandError(f"--batch-size {batch_size}: {error}") from None
+    return strategy
+
+
+@contextlib.contextmanager
+def worker_folder():
+    """A temporary work folder for a worker other than worker 0, deleted on
+    the way out; its prints go nowhere."""
+    folder = tempfile.mkdtemp(prefix="keras_transformer_worker_")
+    try:
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
+            yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        sys.stdout.flush()
