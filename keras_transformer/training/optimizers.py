@@ -1,6 +1,9 @@
-"""AdamW that decays weight matrices and never vectors (biases, LayerNorm)."""
+"""AdamW that decays weight matrices and never vectors (biases, LayerNorm),
+and clips the gradient of the whole global batch under a distribution
+strategy."""
 
 import keras
+import tensorflow as tf
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -14,6 +17,12 @@ class AdamW(keras.optimizers.AdamW):
     user's `LayerNormalization(name="ln")` is excluded as surely as ours.
     Embedding tables are matrices and are decayed, as in nanoGPT and the
     BERT reference (GPT-2 ties its output projection to one).
+
+    Under a `tf.distribute` strategy with several replicas, `clipnorm`,
+    `clipvalue` and `global_clipnorm` clip the gradient of the global batch
+    (the replicas' sum), as on one device. Keras 3's optimizers clip each
+    replica's share before summing them, so a clipped step differs from the
+    one-device step.
 
     Args:
         learning_rate: float or schedule.
@@ -68,3 +77,23 @@ class AdamW(keras.optimizers.AdamW):
 
     def get_config(self):
         return {**super().get_config(), "exclude_from_decay": self.exclude_from_decay}
+
+    def _clip_gradients(self, grads):
+        context = tf.distribute.get_replica_context()
+        clips = self.clipnorm or self.clipvalue or self.global_clipnorm
+        if clips and context is not None and context.num_replicas_in_sync > 1:
+            # Sum the replicas' gradients first; the update step then takes
+            # them as summed (`_all_reduce_sum_gradients` below).
+            summed = context.all_reduce(
+                tf.distribute.ReduceOp.SUM, [g for g in grads if g is not None]
+            )
+            summed = iter(summed)
+            grads = [None if g is None else next(summed) for g in grads]
+            self._gradients_summed = True
+        return super()._clip_gradients(grads)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        if getattr(self, "_gradients_summed", False):
+            self._gradients_summed = False  # this step's; traced once per step
+            return list(grads_and_vars)
+        return super()._all_reduce_sum_gradients(grads_and_vars)
