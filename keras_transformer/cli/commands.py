@@ -131,8 +131,18 @@ def _train(args):
     strategy = distribute.make_strategy(settings["distribute"], settings["batch_size"])
     if not chief:
         with distribute.worker_folder() as folder:
-            Run(recipe, settings, data, folder, kind, args.resume, args.verbose,
-                args.samples, strategy=strategy, shared=work).train()  # fmt: skip
+            Run(
+                recipe,
+                settings,
+                data,
+                folder,
+                kind,
+                args.resume,
+                args.verbose,
+                args.samples,
+                strategy=strategy,
+                shared=work,
+            ).train()
         return 0
     _check_resume(work, args.resume, args.overwrite, identity)
     train, held_out, source, notes = data

@@ -9,7 +9,6 @@ export is `kt.tasks.Translator.export`'s.
 
 import os
 
-import keras
 import numpy as np
 
 from keras_transformer import models, tasks, training
@@ -95,10 +94,13 @@ class Seq2SeqRecipe(Recipe):
         )
         with run.scope():
             model.compile(
-                optimizer=keras.optimizers.Adam(
+                # Adam (no weight decay); kt.training's clips the global
+                # batch's gradient under --distribute, as on one device.
+                optimizer=training.AdamW(
                     training.warmup_cosine_decay(
                         s["learning_rate"], steps // 10, steps, s["learning_rate"] / 10
                     ),
+                    weight_decay=0.0,
                     beta_2=0.98,
                     global_clipnorm=1.0,
                 ),

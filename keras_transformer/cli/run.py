@@ -45,8 +45,19 @@ class Run:
             temporary `work`).
     """
 
-    def __init__(self, recipe, settings, data, work, kind, resume, verbose, samples,
-                 strategy=None, shared=None):  # fmt: skip
+    def __init__(
+        self,
+        recipe,
+        settings,
+        data,
+        work,
+        kind,
+        resume,
+        verbose,
+        samples,
+        strategy=None,
+        shared=None,
+    ):
         self.recipe, self.settings, self.work = recipe, settings, work
         self.strategy, self.shared = strategy, shared or work
         self.train_data, self.held_out, self.source, self.notes = data

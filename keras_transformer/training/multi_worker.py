@@ -114,9 +114,9 @@ def fit_needs_workaround():
 
 def in_multi_worker_mode(strategy):
     """Whether `strategy` is a MultiWorkerMirroredStrategy over 2+ workers."""
-    return isinstance(
-        strategy, tf.distribute.MultiWorkerMirroredStrategy
-    ) and bool(strategy.extended._in_multi_worker_mode())
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and bool(
+        strategy.extended._in_multi_worker_mode()
+    )
 
 
 def first_replica_batch(batch, strategy):
@@ -234,4 +234,3 @@ def is_chief(strategy=None):
     return resolver.task_type in (None, "chief") or (
         resolver.task_type == "worker" and resolver.task_id == 0
     )
-

@@ -14,9 +14,26 @@ import pytest
 import keras_transformer_cli as front
 from tests.cli.test_train import write_lines
 
-TINY = ["--steps", "4", "--eval-every", "2", "--batch-size", "4", "--layers", "1",
-        "--hidden", "16", "--heads", "2", "--context", "16", "--samples", "1",
-        "--dropout", "0"]  # fmt: skip
+TINY = [
+    "--steps",
+    "4",
+    "--eval-every",
+    "2",
+    "--batch-size",
+    "4",
+    "--layers",
+    "1",
+    "--hidden",
+    "16",
+    "--heads",
+    "2",
+    "--context",
+    "16",
+    "--samples",
+    "1",
+    "--dropout",
+    "0",
+]
 
 
 def free_port():
@@ -72,21 +89,47 @@ def test_train_on_two_workers_writes_once_and_learns_like_one(tmp_path):
     gone), and the losses equal one process's at the same global batch."""
     data = write_lines(tmp_path / "lines.txt")
     workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
-    argv = ["train", "gpt2", "--data", str(data), "--output", "out", *TINY,
-            "--distribute", "multi-worker"]  # fmt: skip
+    argv = [
+        "train",
+        "gpt2",
+        "--data",
+        str(data),
+        "--output",
+        "out",
+        *TINY,
+        "--distribute",
+        "multi-worker",
+    ]
     processes = []
     for index in range(2):
         scratch = tmp_path / f"scratch{index}"
         scratch.mkdir()
         env = {"TF_CONFIG": tf_config(workers, index), "TMPDIR": str(scratch)}
         processes.append(start(argv, env, cwd=tmp_path))
-    single = start(["train", "gpt2", "--data", str(data), "--output", "single",
-                    *TINY, "--distribute", "mirrored"], {}, cwd=tmp_path)  # fmt: skip
+    single = start(
+        [
+            "train",
+            "gpt2",
+            "--data",
+            str(data),
+            "--output",
+            "single",
+            *TINY,
+            "--distribute",
+            "mirrored",
+        ],
+        {},
+        cwd=tmp_path,
+    )
     (chief, _), (other, _), (alone, _) = finish_all([*processes, single])
     assert "held-out loss (nats per character)" in chief
     assert other == ""  # worker 1 prints nothing
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [
-        "out", "scratch0", "scratch1", "single"]  # fmt: skip
+        "out",
+        "scratch0",
+        "scratch1",
+        "single",
+    ]
     assert not list((tmp_path / "scratch1").iterdir())
     assert {"model.keras", "tokenizer.json", "saved_model"} <= set(
         os.listdir(tmp_path / "out")
@@ -102,17 +145,32 @@ def test_train_on_two_workers_writes_once_and_learns_like_one(tmp_path):
 def test_distribute_refusals_come_before_any_work(tmp_path, capsys, monkeypatch):
     data = write_lines(tmp_path / "lines.txt")
     out = tmp_path / "out"
-    argv = ["train", "gpt2", "--data", str(data), "--output", str(out),
-            "--distribute", "multi-worker"]  # fmt: skip
+    argv = [
+        "train",
+        "gpt2",
+        "--data",
+        str(data),
+        "--output",
+        str(out),
+        "--distribute",
+        "multi-worker",
+    ]
     monkeypatch.delenv("TF_CONFIG", raising=False)
     cases = [
-        (None, [], "--distribute multi-worker: Multi-worker training needs the "
-                   "`TF_CONFIG` environment variable"),
+        (
+            None,
+            [],
+            "--distribute multi-worker: Multi-worker training needs the "
+            "`TF_CONFIG` environment variable",
+        ),
         ("{not json", [], "Received: TF_CONFIG='{not json'"),
-        (tf_config(["127.0.0.1:1", "127.0.0.1:2"], 0), ["--batch-size", "5"],
-         "--batch-size 5: `global_batch_size` must be divisible by the number "
-         "of replicas. Received: global_batch_size=5, num_replicas_in_sync=2"),
-    ]  # fmt: skip
+        (
+            tf_config(["127.0.0.1:1", "127.0.0.1:2"], 0),
+            ["--batch-size", "5"],
+            "--batch-size 5: `global_batch_size` must be divisible by the number "
+            "of replicas. Received: global_batch_size=5, num_replicas_in_sync=2",
+        ),
+    ]
     for config, more, expected in cases:
         if config is not None:
             monkeypatch.setenv("TF_CONFIG", config)

@@ -22,6 +22,7 @@ def test_mirrored_strategy_on_two_devices_trains_like_one_device():
         "`global_batch_size` must be divisible by the number of replicas. "
         "Received: global_batch_size=7, num_replicas_in_sync=2"
     )
+    assert result["uneven_fit_error"] == result["uneven_batch_error"]
 
 
 class Replicas:

@@ -69,15 +69,18 @@ def weights(path):
 
 @pytest.mark.slow
 def test_fit_on_two_workers_equals_one_worker(tmp_path):
-    """GPT-2 and a BERT classifier: the loss and accuracy `fit` reports, and
-    the final weights, equal the 1-worker run's at the same global batch;
-    both workers end with identical weights."""
+    """GPT-2, a BERT classifier and a TextGenerator task: the loss and
+    accuracy `fit` reports, and the final weights, equal the 1-worker run's
+    at the same global batch; both workers end with identical weights."""
     out = lambda index: tmp_path / f"worker{index}.npz"  # noqa: E731
     two = finish_all(start_workers(2, "fit", out))
     (single,) = finish_all(start_workers(1, "fit", tmp_path / "single.npz"))
     assert [r["replicas"] for r in two] == [2, 2] and single["replicas"] == 1
-    for family, metrics in [("gpt", ["loss"]),
-                            ("bert_classifier", ["loss", "sparse_categorical_accuracy"])]:  # fmt: skip
+    for family, metrics in [
+        ("gpt", ["loss"]),
+        ("text_generator", ["loss"]),
+        ("bert_classifier", ["loss", "sparse_categorical_accuracy"]),
+    ]:
         for name in metrics:
             for result in two:
                 np.testing.assert_allclose(
@@ -141,13 +144,18 @@ def test_custom_training_loop_on_two_workers(tmp_path):
 
 
 def test_check_tf_config():
-    config = {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}
+    config = {
+        "cluster": {"worker": ["a:1", "b:2"]},
+        "task": {"type": "worker", "index": 1},
+    }
     assert kt.training.check_tf_config(json.dumps(config)) == (["a:1", "b:2"], 1)
     bad = [
         "not json",
         json.dumps([]),
         json.dumps({"cluster": {"worker": []}, "task": config["task"]}),
-        json.dumps({"cluster": {"worker": ["a"]}, "task": {"type": "worker", "index": 0}}),
+        json.dumps(
+            {"cluster": {"worker": ["a"]}, "task": {"type": "worker", "index": 0}}
+        ),
         json.dumps({**config, "task": {"type": "worker", "index": 2}}),
         json.dumps({**config, "task": {"type": "chief", "index": 0}}),
         json.dumps({**config, "task": {"type": "worker", "index": True}}),
@@ -180,3 +188,30 @@ def test_not_in_multi_worker_mode_without_a_cluster():
     strategy = tf.distribute.get_strategy()
     assert not multi_worker.in_multi_worker_mode(strategy)
     assert kt.training.is_chief(strategy) and kt.training.is_chief()
+
+
+def test_every_model_class_and_task_fits_through_the_fit_mixin():
+    import keras
+
+    from keras_transformer.models.base import FitMixin
+
+    exported = {
+        value
+        for module in (kt.models, kt.tasks)
+        for value in vars(module).values()
+        if isinstance(value, type) and issubclass(value, keras.Model)
+    }
+    # The classes users build (not the protocols they derive from).
+    classes = [c for c in exported if not any(c in o.__bases__ for o in exported)]
+    assert {
+        "GPT2",
+        "BERT",
+        "Seq2Seq",
+        "ViT",
+        "Llama",
+        "BERTClassifier",
+        "TextGenerator",
+        "TextClassifier",
+        "Translator",
+    } <= {c.__name__ for c in classes}
+    assert [c.__name__ for c in classes if not issubclass(c, FitMixin)] == []

@@ -43,4 +43,11 @@ try:
     kt.training.check_global_batch(7, strategy)
 except ValueError as error:
     result["uneven_batch_error"] = str(error)
+with strategy.scope():
+    model = common.compile_model(common.build("gpt"))
+x, y = common.data("gpt")
+try:  # fit itself refuses it before any step
+    model.fit(x[:7], y[:7], batch_size=7, verbose=0)
+except ValueError as error:
+    result["uneven_fit_error"] = str(error)
 print(json.dumps(result))

@@ -7,10 +7,11 @@ worker: the 1-worker run the others are compared with).
     python multi_worker.py resume RUN OUT [--kill-at STEP]
     python multi_worker.py custom OUT          # the custom loop (docs appendix)
 
-`fit` trains each model 2 epochs of 3 global batches of 8 (arrays,
-`shuffle=False`; the GPT's gradient norm clipped) and prints one JSON line: the replica count and, per model,
-the loss and metrics `fit` reported for each epoch; the final weights go to
-OUT (an .npz file).
+`fit` trains each model (and a `kt.tasks.TextGenerator`) 2 epochs of 3
+global batches of 8 (arrays, `shuffle=False`; the GPTs' gradient norms
+clipped) and prints one JSON line: the replica count and, per model, the
+loss and metrics `fit` reported for each epoch; the final weights go to OUT
+(an .npz file).
 
 `resume` trains a GPT with dropout 3 epochs of 4 steps with
 `kt.training.resumable_callbacks(RUN)`, its data a step-indexed stream that
@@ -35,10 +36,22 @@ GLOBAL_BATCH, STEPS = 8, 3
 
 
 def bert_classifier():
-    backbone = kt.models.bert(common.VOCAB, num_layers=1, num_heads=2,
-                              hidden_dim=16, intermediate_dim=32,
-                              max_sequence_length=common.LENGTH, dropout=0.0)  # fmt: skip
+    backbone = kt.models.bert(
+        common.VOCAB,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        max_sequence_length=common.LENGTH,
+        dropout=0.0,
+    )
     return kt.models.bert_classifier(backbone, 2, dropout=0.0)
+
+
+def text_generator():
+    """A task: the tiny GPT with a character tokenizer of its 16 ids."""
+    tokenizer = kt.text.CharTokenizer(kt.text.build_char_vocabulary(["abcdefghi"]))
+    return kt.tasks.TextGenerator(common.build("gpt"), tokenizer)
 
 
 def classifier_data(num):
@@ -60,18 +73,23 @@ def fit(strategy, out):
     results, weights = {"replicas": strategy.num_replicas_in_sync}, {}
     runs = {
         "gpt": (lambda: common.build("gpt"), common.data("gpt")),
+        "text_generator": (text_generator, common.data("gpt")),
         "bert_classifier": (bert_classifier, classifier_data(GLOBAL_BATCH * STEPS)),
     }
     for name, (build, (x, y)) in runs.items():
         keras.utils.set_random_seed(0)
         with strategy.scope():
             model = build()
-            if name == "gpt":  # clipped: every step's gradient norm is over 0.1
+            if name in (
+                "gpt",
+                "text_generator",
+            ):  # clipped: every step's gradient norm is over 0.1
                 model.compile(
-                    optimizer=kt.training.AdamW(5e-3, weight_decay=0.01,
-                                                global_clipnorm=0.1),
+                    optimizer=kt.training.AdamW(
+                        5e-3, weight_decay=0.01, global_clipnorm=0.1
+                    ),
                     loss=kt.training.MaskedSparseCategoricalCrossentropy(),
-                )  # fmt: skip
+                )
             else:
                 model.compile(
                     optimizer=kt.training.AdamW(5e-3, weight_decay=0.01),
@@ -111,9 +129,15 @@ def resume(strategy, run, out, kill_at):
     )
     keras.utils.set_random_seed(0)
     with strategy.scope():
-        model = kt.models.gpt2(common.VOCAB, num_layers=1, num_heads=2,
-                               hidden_dim=16, intermediate_dim=32,
-                               max_sequence_length=common.LENGTH, dropout=0.1)  # fmt: skip
+        model = kt.models.gpt2(
+            common.VOCAB,
+            num_layers=1,
+            num_heads=2,
+            hidden_dim=16,
+            intermediate_dim=32,
+            max_sequence_length=common.LENGTH,
+            dropout=0.1,
+        )
         schedule = kt.training.warmup_cosine_decay(1e-2, 2, steps * epochs)
         model.compile(
             optimizer=kt.training.AdamW(schedule, weight_decay=0.1),
@@ -122,10 +146,15 @@ def resume(strategy, run, out, kill_at):
     callbacks = kt.training.resumable_callbacks(run)
     if kill_at is not None:
         callbacks.append(KillAt(kill_at))
-    model.fit(data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks,
-              verbose=0)  # fmt: skip
-    np.savez(out, *model.get_weights(), steps=int(model.optimizer.iterations.numpy()),
-             start=start)  # fmt: skip
+    model.fit(
+        data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0
+    )
+    np.savez(
+        out,
+        *model.get_weights(),
+        steps=int(model.optimizer.iterations.numpy()),
+        start=start,
+    )
     return {"replicas": strategy.num_replicas_in_sync, "start": start}
 
 
