@@ -59,3 +59,36 @@ def test_resumable_callbacks_layout_and_bad_directory(tmp_path):
         kt.training.resumable_callbacks("")
     with pytest.raises(ValueError, match="directory=None"):
         kt.training.resume_epoch(None)
+
+
+def test_a_worker_other_than_worker_0_restores_but_never_writes(tmp_path, monkeypatch):
+    """Under a multi-worker strategy, worker 0 writes the run directory; a
+    worker that is not worker 0 (here: this process, told so) restores from
+    it, saves into temporary folders and deletes them, and leaves the
+    directory as it found it."""
+    from keras_transformer.training import multi_worker
+
+    ids = np.random.default_rng(0).integers(1, 16, (8, 9)).astype("int32")
+    keras.utils.set_random_seed(0)
+    model = kt.models.gpt2(16, num_layers=1, num_heads=2, hidden_dim=8,
+                           intermediate_dim=16, max_sequence_length=8)  # fmt: skip
+    model.compile(
+        optimizer=kt.training.AdamW(1e-3),
+        loss=kt.training.MaskedSparseCategoricalCrossentropy(),
+    )
+    run = tmp_path / "run"
+    fit = dict(batch_size=8, shuffle=False, verbose=0)
+    callbacks = kt.training.resumable_callbacks(run)
+    model.fit(ids[:, :-1], ids[:, 1:], epochs=1, callbacks=callbacks, **fit)
+    # Worker 0's backup of epoch 1, as a killed run leaves it.
+    callbacks[1]._save_model()
+    callbacks[0].on_epoch_end(0)
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+    monkeypatch.setattr(multi_worker, "is_chief", lambda strategy=None: False)
+    history = model.fit(ids[:, :-1], ids[:, 1:], epochs=3, callbacks=callbacks, **fit)
+    assert len(history.history["loss"]) == 2  # restored: epochs 2 and 3 left
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before
+    assert list(scratch.iterdir()) == []
