@@ -117,9 +117,9 @@ def _check_resume(work, resume, overwrite, identity):
 
 def _train(args):
     recipe = TASKS[args.task]
-    chief = distribute.check_environment(args.distribute)
+    worker = distribute.check_environment(args.distribute)
     # Worker 0 checks and writes the output; the others train in step.
-    output = check_output(args.output, args.overwrite) if chief else args.output
+    output = check_output(args.output, args.overwrite) if worker == 0 else args.output
     work = work_folder(os.path.abspath(output))
     kind = checkpoint_kind(args.from_path, recipe, TASKS) if args.from_path else None
     settings = resolve(recipe, args, kind)
@@ -129,8 +129,8 @@ def _train(args):
         settings, file_digest(args.data), file_digest(args.validation_data)
     )
     strategy = distribute.make_strategy(settings["distribute"], settings["batch_size"])
-    if not chief:
-        with distribute.worker_folder() as folder:
+    if worker:
+        with distribute.worker_folder(output, worker) as folder:
             Run(
                 recipe,
                 settings,

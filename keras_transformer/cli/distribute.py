@@ -8,6 +8,7 @@ temporary folder that it deletes at the end, and prints nothing.
 """
 
 import contextlib
+import hashlib
 import os
 import shutil
 import sys
@@ -23,10 +24,11 @@ CHOICES = ("none", "mirrored", "multi-worker")
 
 def check_environment(distribute):
     """Checks what `--distribute` needs before any work (a `TF_CONFIG` for
-    multi-worker) and returns whether this process is worker 0."""
+    multi-worker) and returns this process's worker index (0: the chief,
+    as without multi-worker)."""
     if distribute != "multi-worker":
-        return True
-    return _checked_tf_config()[1] == 0
+        return 0
+    return _checked_tf_config()[1]
 
 
 def check_batch(distribute, batch_size):
@@ -65,10 +67,17 @@ def make_strategy(distribute, batch_size):
 
 
 @contextlib.contextmanager
-def worker_folder():
-    """A temporary work folder for a worker other than worker 0, deleted on
-    the way out; its prints go nowhere."""
-    folder = tempfile.mkdtemp(prefix="keras_transformer_worker_")
+def worker_folder(output, index):
+    """The work folder of worker `index` (not 0) of the run writing
+    `output`: a temporary folder, deleted on the way out, whose prints go
+    nowhere. Its name depends only on the two, so a restarted worker first
+    removes what a killed one left there."""
+    digest = hashlib.sha256(os.path.abspath(output).encode()).hexdigest()[:16]
+    folder = os.path.join(
+        tempfile.gettempdir(), f"keras_transformer_worker{index}_{digest}"
+    )
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
     try:
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
             yield folder

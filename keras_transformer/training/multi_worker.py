@@ -224,6 +224,16 @@ def multi_worker_strategy():
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
+def worker_index(strategy=None):
+    """This process's index among its strategy's workers (0 without a
+    multi-worker strategy)."""
+    strategy = strategy or tf.distribute.get_strategy()
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not in_multi_worker_mode(strategy):
+        return 0
+    return int(resolver.task_id or 0)
+
+
 def is_chief(strategy=None):
     """Whether this process is worker 0 of its strategy's cluster (or the
     only process): the one that writes checkpoints and exports."""

@@ -17,6 +17,7 @@ a temporary folder that is deleted once written.
 """
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -109,12 +110,18 @@ def _written_by_chief(callback, *attributes):
     """Inside, on a worker other than worker 0 of a multi-worker strategy,
     the callback's path `attributes` point into a temporary folder, which is
     deleted afterwards; on worker 0 (or without such a strategy) they are
-    unchanged."""
-    if multi_worker.is_chief(callback.model.distribute_strategy):
+    unchanged. The folder's name depends only on the worker and the path,
+    so a restarted worker first removes what a killed one left there."""
+    strategy = callback.model.distribute_strategy
+    if multi_worker.is_chief(strategy):
         yield
         return
     saved = {name: getattr(callback, name) for name in attributes}
-    folder = tempfile.mkdtemp(prefix="keras_transformer_worker_")
+    key = f"{multi_worker.worker_index(strategy)}:{saved[attributes[0]]}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    folder = os.path.join(tempfile.gettempdir(), f"keras_transformer_save_{digest}")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
     try:
         for name, path in saved.items():
             setattr(callback, name, os.path.join(folder, os.path.basename(path)))

@@ -4,9 +4,11 @@ refusals that come before any work."""
 import csv
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -130,7 +132,10 @@ def test_train_on_two_workers_writes_once_and_learns_like_one(tmp_path):
         "scratch1",
         "single",
     ]
-    assert not list((tmp_path / "scratch1").iterdir())
+    # The killed worker's folder was removed by its restart, which removed
+    # its own at the end (TensorFlow's autograph files of a SIGKILLed
+    # process stay).
+    assert not list((tmp_path / "scratch1").glob("keras_transformer*"))
     assert {"model.keras", "tokenizer.json", "saved_model"} <= set(
         os.listdir(tmp_path / "out")
     )
@@ -178,3 +183,60 @@ def test_distribute_refusals_come_before_any_work(tmp_path, capsys, monkeypatch)
         err = capsys.readouterr().err
         assert code == 2 and expected in err and err.count("\n") == 1, err
         assert not out.exists() and not (tmp_path / ".out.partial").exists()
+
+
+def start_workers(argv, tmp_path):
+    """Two workers of `argv` on fresh 127.0.0.1 ports, in `tmp_path`."""
+    workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    processes = []
+    for index in range(2):
+        scratch = tmp_path / f"scratch{index}"
+        scratch.mkdir(exist_ok=True)
+        env = {"TF_CONFIG": tf_config(workers, index), "TMPDIR": str(scratch)}
+        processes.append(start(argv, env, cwd=tmp_path))
+    return processes
+
+
+@pytest.mark.slow
+def test_two_workers_killed_and_resumed_end_like_an_uninterrupted_run(tmp_path):
+    """Worker 1 is SIGKILLed after the first backup; worker 0 is stopped;
+    both restart with --resume and end with the weights of an uninterrupted
+    two-worker run."""
+    import keras
+
+    import keras_transformer  # noqa: F401  (registers the model classes)
+
+    data = write_lines(tmp_path / "lines.txt")
+    flags = ["train", "gpt2", "--data", str(data), "--steps", "400",
+             "--eval-every", "20", "--batch-size", "4", "--layers", "1",
+             "--hidden", "16", "--heads", "2", "--context", "16", "--dropout",
+             "0.1", "--samples", "0", "--distribute", "multi-worker"]  # fmt: skip
+    finish_all(start_workers([*flags, "--output", "whole"], tmp_path))
+    killed = start_workers([*flags, "--output", "killed"], tmp_path)
+    metadata = tmp_path / ".killed.partial" / "run" / "backup"
+    try:
+        deadline = time.time() + 600
+        while not (metadata / "training_metadata.json").exists():
+            assert all(p.poll() is None for p in killed) and time.time() < deadline
+            time.sleep(0.02)
+        killed[1].send_signal(signal.SIGKILL)
+        assert killed[1].wait() == -signal.SIGKILL
+    finally:
+        for process in killed:
+            if process.poll() is None:
+                process.kill()
+            process.communicate()
+    assert not (tmp_path / "killed").exists()
+    finish_all(start_workers([*flags, "--output", "killed", "--resume"], tmp_path))
+    expected = keras.saving.load_model(tmp_path / "whole" / "model.keras")
+    actual = keras.saving.load_model(tmp_path / "killed" / "model.keras")
+    for a, b in zip(actual.get_weights(), expected.get_weights(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    with open(tmp_path / "killed" / "history.csv", newline="") as f:
+        steps = [int(row["step"]) for row in csv.DictReader(f)]
+    assert steps == list(range(20, 401, 20))  # none twice
+    assert not (tmp_path / ".killed.partial").exists()
+    # The killed worker's folder was removed by its restart, which removed
+    # its own at the end (TensorFlow's autograph files of a SIGKILLed
+    # process stay).
+    assert not list((tmp_path / "scratch1").glob("keras_transformer*"))
