@@ -79,6 +79,18 @@ def finish_all(processes, timeout=600):
                 process.communicate()
 
 
+def start_workers(argv, tmp_path):
+    """Two workers of `argv` on fresh 127.0.0.1 ports, in `tmp_path`."""
+    workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    processes = []
+    for index in range(2):
+        scratch = tmp_path / f"scratch{index}"
+        scratch.mkdir(exist_ok=True)
+        env = {"TF_CONFIG": tf_config(workers, index), "TMPDIR": str(scratch)}
+        processes.append(start(argv, env, cwd=tmp_path))
+    return processes
+
+
 def history(folder):
     with open(folder / "history.csv", newline="") as f:
         return [(float(r["loss"]), float(r["val_loss"])) for r in csv.DictReader(f)]
@@ -90,51 +102,17 @@ def test_train_on_two_workers_writes_once_and_learns_like_one(tmp_path):
     worker 0 prints and writes --output (the other's temporary folder is
     gone), and the losses equal one process's at the same global batch."""
     data = write_lines(tmp_path / "lines.txt")
-    workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
-    argv = [
-        "train",
-        "gpt2",
-        "--data",
-        str(data),
-        "--output",
-        "out",
-        *TINY,
-        "--distribute",
-        "multi-worker",
-    ]
-    processes = []
-    for index in range(2):
-        scratch = tmp_path / f"scratch{index}"
-        scratch.mkdir()
-        env = {"TF_CONFIG": tf_config(workers, index), "TMPDIR": str(scratch)}
-        processes.append(start(argv, env, cwd=tmp_path))
-    single = start(
-        [
-            "train",
-            "gpt2",
-            "--data",
-            str(data),
-            "--output",
-            "single",
-            *TINY,
-            "--distribute",
-            "mirrored",
-        ],
-        {},
-        cwd=tmp_path,
+    flags = ["train", "gpt2", "--data", str(data), *TINY]
+    workers = start_workers(
+        [*flags, "--output", "out", "--distribute", "multi-worker"], tmp_path
     )
-    (chief, _), (other, _), (alone, _) = finish_all([*processes, single])
+    single = start([*flags, "--output", "single", "--distribute", "mirrored"], {},
+                   cwd=tmp_path)  # fmt: skip
+    (chief, _), (other, _), _ = finish_all([*workers, single])
     assert "held-out loss (nats per character)" in chief
     assert other == ""  # worker 1 prints nothing
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [
-        "out",
-        "scratch0",
-        "scratch1",
-        "single",
-    ]
-    # The killed worker's folder was removed by its restart, which removed
-    # its own at the end (TensorFlow's autograph files of a SIGKILLed
-    # process stay).
+    folders = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+    assert folders == ["out", "scratch0", "scratch1", "single"]
     assert not list((tmp_path / "scratch1").glob("keras_transformer*"))
     assert {"model.keras", "tokenizer.json", "saved_model"} <= set(
         os.listdir(tmp_path / "out")
@@ -183,18 +161,6 @@ def test_distribute_refusals_come_before_any_work(tmp_path, capsys, monkeypatch)
         err = capsys.readouterr().err
         assert code == 2 and expected in err and err.count("\n") == 1, err
         assert not out.exists() and not (tmp_path / ".out.partial").exists()
-
-
-def start_workers(argv, tmp_path):
-    """Two workers of `argv` on fresh 127.0.0.1 ports, in `tmp_path`."""
-    workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
-    processes = []
-    for index in range(2):
-        scratch = tmp_path / f"scratch{index}"
-        scratch.mkdir(exist_ok=True)
-        env = {"TF_CONFIG": tf_config(workers, index), "TMPDIR": str(scratch)}
-        processes.append(start(argv, env, cwd=tmp_path))
-    return processes
 
 
 @pytest.mark.slow

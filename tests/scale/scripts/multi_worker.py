@@ -33,18 +33,12 @@ import keras_transformer as kt
 from tests.scale import common
 
 GLOBAL_BATCH, STEPS = 8, 3
+SIZES = dict(num_layers=1, num_heads=2, hidden_dim=16, intermediate_dim=32,
+             max_sequence_length=common.LENGTH)  # fmt: skip
 
 
 def bert_classifier():
-    backbone = kt.models.bert(
-        common.VOCAB,
-        num_layers=1,
-        num_heads=2,
-        hidden_dim=16,
-        intermediate_dim=32,
-        max_sequence_length=common.LENGTH,
-        dropout=0.0,
-    )
+    backbone = kt.models.bert(common.VOCAB, dropout=0.0, **SIZES)
     return kt.models.bert_classifier(backbone, 2, dropout=0.0)
 
 
@@ -129,15 +123,7 @@ def resume(strategy, run, out, kill_at):
     )
     keras.utils.set_random_seed(0)
     with strategy.scope():
-        model = kt.models.gpt2(
-            common.VOCAB,
-            num_layers=1,
-            num_heads=2,
-            hidden_dim=16,
-            intermediate_dim=32,
-            max_sequence_length=common.LENGTH,
-            dropout=0.1,
-        )
+        model = kt.models.gpt2(common.VOCAB, dropout=0.1, **SIZES)
         schedule = kt.training.warmup_cosine_decay(1e-2, 2, steps * epochs)
         model.compile(
             optimizer=kt.training.AdamW(schedule, weight_decay=0.1),
