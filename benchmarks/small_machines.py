@@ -6,16 +6,19 @@ its own), one after the other:
 
 - decode: `kt.models.gpt2("gpt2_small")` with random weights, greedy
   `kt.generation.generate` (the XLA-compiled KV-cache loop) of a 16-token
-  prompt to `--new` new tokens at batch 1, float32 weights and after
-  `quantize("int8")` (built in float32 first, so the int8 process's peak
-  memory includes the float weights; its resident memory after decoding
-  does not); the first call (compiling) is timed apart, then the median of
-  `--repeats` calls. Also one XLA matrix-vector pass over every
-  float32 weight matrix, the bandwidth ceiling of float32 decoding.
+  prompt to `--new` new tokens at batch 1: float32 weights; bfloat16
+  weights with float32 compute (built under a dtype policy whose variables
+  are bfloat16 and compute float32); and after `quantize("int8")` (built in
+  float32 first, so the int8 process's peak memory includes the float
+  weights; its resident memory after decoding does not); the first call
+  (compiling) is timed apart, then the median of `--repeats` calls. Also
+  one XLA matrix-vector pass over every float32 weight matrix, the
+  bandwidth ceiling of float32 decoding.
 - fine-tune: the same model, `model.fit` steps on random token windows of
-  length 128 at batch 4 (Adam, the masked cross-entropy), full fine-tuning
-  and `enable_lora(8, targets=("query", "value"))`; the median step time
-  after two compiling steps.
+  length 128 at batch 4 (Adam, the masked cross-entropy), full fine-tuning,
+  `enable_lora(8, targets=("query", "value"))`, and the same LoRA on the
+  `quantize("int8")` base (QLoRA-style); the median step time after two
+  compiling steps.
 
 - quality: a character GPT (4 layers, 128 wide) trained `--quality-steps`
   steps on 90% of Tiny Shakespeare; its held-out loss in float32 and after
@@ -56,14 +59,36 @@ def resident_megabytes():
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _bfloat16_weights_policy():
+    import keras
+
+    class BFloat16Weights(keras.DTypePolicy):
+        """bfloat16 variables, float32 compute: each layer casts its
+        weights to float32 where it reads them."""
+
+        def _parse_name(self, name):
+            return "float32", "bfloat16"  # (compute, variable)
+
+    return BFloat16Weights
+
+
 def decode(mode, new, repeats):
+    BFloat16Weights = _bfloat16_weights_policy()
     import keras
     import numpy as np
 
     import keras_transformer as kt
 
     keras.utils.set_random_seed(0)
-    model = kt.models.gpt2("gpt2_small", dropout=0.0)
+    if mode == "bfloat16":
+        previous = keras.config.dtype_policy()
+        keras.config.set_dtype_policy(BFloat16Weights("bfloat16_weights"))
+        try:
+            model = kt.models.gpt2("gpt2_small", dropout=0.0)
+        finally:
+            keras.config.set_dtype_policy(previous)
+    else:
+        model = kt.models.gpt2("gpt2_small", dropout=0.0)
     if mode == "int8":
         model.quantize("int8")
     ids = np.random.default_rng(0).integers(1, 1000, (1, PROMPT)).astype("int32")
@@ -134,7 +159,9 @@ def finetune(mode, steps):
 
     keras.utils.set_random_seed(0)
     model = kt.models.gpt2("gpt2_small", dropout=0.0)
-    if mode == "lora":
+    if mode == "qlora":
+        model.quantize("int8")
+    if mode in ("lora", "qlora"):
         model.enable_lora(8, targets=("query", "value"))
     model.compile(
         optimizer=keras.optimizers.Adam(1e-4),
@@ -250,11 +277,13 @@ def main():
     if "decode" in parts:
         results["float32"] = run("decode", "float32", arguments)
         results["int8"] = run("decode", "int8", arguments)
+        results["bfloat16"] = run("decode", "bfloat16", arguments)
         results["ceiling"] = run("ceiling", "-", arguments)
         report_decode(results, arguments)
     if "finetune" in parts:
         results["full"] = run("finetune", "full", arguments)
         results["lora"] = run("finetune", "lora", arguments)
+        results["qlora"] = run("finetune", "qlora", arguments)
         report_finetune(results)
     if "quality" in parts:
         results["quality"] = q = run("quality", "-", arguments)
@@ -270,7 +299,7 @@ def main():
 def report_decode(results, arguments):
     f32, q8, top = results["float32"], results["int8"], results["ceiling"]
     print(f"decode, GPT-2 small, batch 1, {arguments.new} new tokens (median):")
-    for name in ("float32", "int8"):
+    for name in ("float32", "int8", "bfloat16"):
         r = results[name]
         print(
             f"  {name:8s} {r['tokens_per_second']:6.1f} tok/s  weights "
@@ -285,7 +314,8 @@ def report_decode(results, arguments):
     print(
         f"  int8 / float32: {q8['tokens_per_second'] / f32['tokens_per_second']:.2f}x"
         f" tokens/s, {q8['resident_megabytes'] / f32['resident_megabytes']:.2f}x"
-        " RSS after decoding;"
+        " RSS after decoding; bfloat16 weights (float32 compute) / float32: "
+        f"{results['bfloat16']['tokens_per_second'] / f32['tokens_per_second']:.2f}x;"
         f" float32 at {f32['tokens_per_second'] / top['tokens_per_second']:.0%}"
         " of the ceiling"
     )
@@ -294,7 +324,7 @@ def report_decode(results, arguments):
 def report_finetune(results):
     full, lora = results["full"], results["lora"]
     print("fine-tune, GPT-2 small, sequence 128, batch 4 (median step):")
-    for name in ("full", "lora"):
+    for name in ("full", "lora", "qlora"):
         r = results[name]
         print(
             f"  {name:5s} {r['step_seconds']:6.2f} s/step  trainable "
@@ -303,6 +333,12 @@ def report_finetune(results):
     print(
         f"  LoRA / full: {lora['step_seconds'] / full['step_seconds']:.2f}x step "
         f"time, {lora['peak_megabytes'] / full['peak_megabytes']:.2f}x peak RSS"
+    )
+    qlora = results["qlora"]
+    print(
+        f"  QLoRA / full: {qlora['step_seconds'] / full['step_seconds']:.2f}x "
+        f"step time, {qlora['peak_megabytes'] / full['peak_megabytes']:.2f}x peak "
+        "RSS (its peak includes the float32 weights it was quantized from)"
     )
 
 

@@ -273,7 +273,7 @@ class MultiHeadAttention(keras.layers.Layer):
         width = x.shape[-1]
         # int8 kernels (`quantize("int8")`) come with their scales.
         matrices = [quantization.kernel_matrix(layer, width) for layer in layers]
-        sizes = [values.shape[-1] for values, _ in matrices]
+        sizes = [values.shape[-1] for values, _, _ in matrices]
         y = quantization.matmul(ops.reshape(x, (-1, width)), matrices)
         if layers[0].bias is not None:
             biases = [

@@ -47,11 +47,11 @@ class Projection(keras.layers.EinsumDense):
             raise ValueError("Cannot enable LoRA on a layer that isn't built.")
         if self.lora_enabled:
             raise ValueError(f"LoRA is already enabled on layer {self.name!r}.")
-        if self.quantization_mode is not None:
+        if self.quantization_mode not in (None, "int8"):
             raise ValueError(
-                f"LoRA on a quantized kernel is not supported. Received: "
-                f"layer {self.name!r} with quantization_mode="
-                f"{self.quantization_mode!r}"
+                f"LoRA on a {self.quantization_mode} kernel is not supported "
+                f"(int8 is). Received: layer {self.name!r} with "
+                f"quantization_mode={self.quantization_mode!r}"
             )
         rows, columns = self._matrix_shape()
         self._tracker.unlock()
@@ -73,16 +73,46 @@ class Projection(keras.layers.EinsumDense):
         self.lora_rank = rank
         self.lora_alpha = lora_alpha if lora_alpha is not None else rank
 
+    def lora_factors(self):
+        """`(A, B, alpha / r)` with LoRA enabled, else None: the attention
+        layers' products add `(x @ A) @ B * alpha / r` beside the frozen
+        kernel (`kt.layers.quantization.matmul`)."""
+        if not getattr(self, "lora_enabled", False):
+            return None
+        return self.lora_kernel_a, self.lora_kernel_b, self.lora_alpha / self.lora_rank
+
     @property
     def kernel(self):
         if not getattr(self, "lora_enabled", False):
             return super().kernel
+        if self.quantization_mode:  # int8: the update is computed apart
+            return self._kernel
         update = ops.matmul(self.lora_kernel_a, self.lora_kernel_b)
         update = ops.reshape(update, self._kernel.shape)
         scale = self.lora_alpha / self.lora_rank
         return ops.cast(
             ops.add(ops.cast(self._kernel, "float32"), scale * update),
             self.compute_dtype,
+        )
+
+    def _get_kernel_with_merged_lora(self):
+        """`(kernel, scale, None)` with the LoRA update merged, for saving
+        (Keras' own merge assumes its per-head factors). An int8 kernel is
+        dequantized, merged and quantized again per output column."""
+        if not self.lora_enabled or self.quantization_mode is None:
+            return super()._get_kernel_with_merged_lora()
+        rows, columns = self._matrix_shape()
+        scale = ops.reshape(self.kernel_scale, (columns,))
+        weights = ops.reshape(ops.cast(self._kernel, "float32"), (rows, columns))
+        update = ops.matmul(self.lora_kernel_a, self.lora_kernel_b)
+        merged = weights / scale + (self.lora_alpha / self.lora_rank) * update
+        largest = ops.max(ops.abs(merged), axis=0)
+        new_scale = 127.0 / ops.where(largest > 0, largest, 1.0)
+        values = ops.clip(ops.round(merged * new_scale), -127, 127)
+        return (
+            ops.reshape(ops.cast(values, "int8"), self._kernel.shape),
+            ops.reshape(new_scale, self.kernel_scale.shape),
+            None,
         )
 
     def quantize(self, mode=None, type_check=True, config=None):

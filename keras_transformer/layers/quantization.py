@@ -31,26 +31,44 @@ def check_mode(layer):
 
 
 def kernel_matrix(layer, rows):
-    """`(values (rows, N), scale (N,) or None)`: the kernel of an
+    """`(values (rows, N), scale (N,) or None, lora)`: the kernel of an
     `EinsumDense` or `Dense` as a matrix, the weight being `values / scale`
-    (`values` itself when `scale` is None; LoRA's update included)."""
+    (`values` itself when `scale` is None), plus a LoRA update when the
+    layer has one: `lora` is `(A (rows, r), B (r, N), alpha / r)` (a
+    `kt.layers.lora.Projection`'s; None otherwise), left out of `values`."""
+    lora = getattr(layer, "lora_factors", lambda: None)()
     if check_mode(layer) is None:
-        return ops.reshape(layer.kernel, (rows, -1)), None
-    values = ops.reshape(layer.kernel, (rows, -1))
-    return values, ops.reshape(layer.kernel_scale, (-1,))
+        kernel = layer.kernel if lora is None else layer._kernel
+        return ops.reshape(kernel, (rows, -1)), None, lora
+    values = ops.reshape(layer._kernel, (rows, -1))
+    return values, ops.reshape(layer.kernel_scale, (-1,)), lora
 
 
 def matmul(x, matrices):
-    """`x` `(N, rows)` times the matrices `[(values, scale), ...]` (from
-    `kernel_matrix`) side by side, in one product, in `x`'s dtype."""
-    values = [v for v, _ in matrices]
+    """`x` `(N, rows)` times the matrices `[(values, scale, lora), ...]`
+    (from `kernel_matrix`) side by side, in one product, in `x`'s dtype.
+
+    A LoRA update is computed beside the frozen kernel, `(x @ A) @ B *
+    alpha / r`, never as `W + A @ B`: no kernel-sized copy is made in the
+    forward pass, nor a kernel-sized gradient in the backward pass."""
+    values = [v for v, _, _ in matrices]
     kernel = values[0] if len(values) == 1 else ops.concatenate(values, axis=1)
     y = ops.matmul(x, ops.cast(kernel, x.dtype))
-    scales = [s for _, s in matrices]
-    if scales[0] is None:
+    scales = [s for _, s, _ in matrices]
+    if scales[0] is not None:
+        scale = scales[0] if len(scales) == 1 else ops.concatenate(scales)
+        y = y / ops.cast(scale, x.dtype)
+    if all(lora is None for _, _, lora in matrices):
         return y
-    scale = scales[0] if len(scales) == 1 else ops.concatenate(scales)
-    return y / ops.cast(scale, x.dtype)
+    updates = []
+    for values, _, lora in matrices:
+        if lora is None:
+            updates.append(ops.zeros((ops.shape(x)[0], values.shape[-1]), x.dtype))
+        else:
+            a, b, factor = lora
+            low = ops.matmul(x, ops.cast(a, x.dtype))
+            updates.append(ops.matmul(low, ops.cast(b, x.dtype)) * factor)
+    return y + (updates[0] if len(updates) == 1 else ops.concatenate(updates, axis=1))
 
 
 def embedding_logits(x, embedding):

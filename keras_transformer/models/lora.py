@@ -65,7 +65,7 @@ class LoRAMixin:
 
         Raises:
             ValueError: naming a rank <= 0, an alpha <= 0, a target that
-                matches no layer, a quantized model, or LoRA enabled twice.
+                matches no layer, or LoRA enabled twice.
         """
         validation.check_positive_int("rank", rank)
         if alpha is not None and (
@@ -83,12 +83,6 @@ class LoRAMixin:
             raise ValueError(
                 f"LoRA is already enabled (rank {self.lora_rank}). "
                 f"Received: rank={rank!r}"
-            )
-        if getattr(self, "quantized_mode", None) is not None:
-            raise ValueError(
-                "LoRA on a quantized model is not supported: enable LoRA on "
-                "the float model, merge it, then quantize. Received: model "
-                f"with quantized_mode={self.quantized_mode!r}"
             )
         layers = self.projection_layers()
         names = sorted({layer.name for layer in layers})
@@ -256,9 +250,15 @@ class LoRAMixin:
         `save_pretrained`."""
         self._check_lora("merge_lora")
         for layer in self.lora_layers().values():
-            merged = np.asarray(keras.ops.convert_to_numpy(layer.kernel))
-            layer._tracker.unlock()
-            layer._kernel.assign(merged.astype(layer._kernel.dtype))
+            if layer.quantization_mode is None:
+                merged = np.asarray(keras.ops.convert_to_numpy(layer.kernel))
+                layer._tracker.unlock()
+                layer._kernel.assign(merged.astype(layer._kernel.dtype))
+            else:  # int8 (QLoRA): dequantize, merge, quantize again
+                values, scale = layer._get_kernel_with_merged_lora()[:2]
+                layer._tracker.unlock()
+                layer._kernel.assign(values)
+                layer.kernel_scale.assign(scale)
             del layer.lora_kernel_a
             del layer.lora_kernel_b
             layer.lora_enabled = False

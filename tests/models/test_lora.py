@@ -142,6 +142,58 @@ def test_fine_tuning_lowers_the_loss_and_keeps_the_base(tmp_path):
     fresh.quantize("int8")
 
 
+def test_lora_on_an_int8_base_trains_saves_and_merges(tmp_path):
+    """QLoRA: the int8 base stays frozen and int8, the float updates train
+    beside it (query, value: our fused products; the feed-forward output:
+    Keras' own int8 Dense), and the adapter, `.keras` file and merge give
+    the trained model's outputs (to int8 rounding once merged)."""
+    model = make("gpt2")
+    model.quantize("int8")
+    x, y = cycle_batches()
+    before = np.asarray(model(x[:2]))
+    base = {v.path: np.asarray(v) for v in model.variables}
+    model.enable_lora(4, targets=("query", "value", "feedforward_output_dense"))
+    np.testing.assert_array_equal(np.asarray(model(x[:2])), before)  # B = 0
+    trainable = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+    assert trainable == 2 * (2 * 4 * (16 + 16) + 4 * (32 + 16))
+    model.compile(
+        optimizer=keras.optimizers.Adam(3e-2),
+        loss=kt.training.MaskedSparseCategoricalCrossentropy(),
+    )
+    history = model.fit(x, y, batch_size=16, epochs=8, verbose=0).history["loss"]
+    assert history[-1] < 0.8 * history[0], history
+    for variable in model.variables:
+        if variable.path in base:
+            np.testing.assert_array_equal(np.asarray(variable), base[variable.path])
+    kernels = [v for v in model.variables if v.path.endswith("query/kernel")]
+    assert kernels and all(v.dtype == "int8" for v in kernels)
+    # Every update trained, the attention's (fused products) included.
+    updates = [v for v in model.trainable_variables if "lora_kernel_b" in v.path]
+    assert len(updates) == 6 and all(np.any(np.asarray(v) != 0) for v in updates)
+    logits = np.asarray(model(x[:2]))
+    assert not np.allclose(logits, before)
+
+    path = model.save_lora(tmp_path / "adapter.safetensors")
+    fresh = make("gpt2")
+    fresh.quantize("int8")
+    fresh.load_lora(path)
+    np.testing.assert_array_equal(np.asarray(fresh(x[:2])), logits)
+    # Merging (and a .keras file, which holds merged weights) quantizes the
+    # merged kernels again: int8 rounding apart, the same outputs.
+    scale = np.max(np.abs(logits))
+    saved = tmp_path / "tuned.keras"
+    model.save(saved)
+    reloaded = keras.saving.load_model(saved)
+    assert reloaded.lora_rank is None and reloaded.quantized_mode == "int8"
+    fresh.merge_lora()
+    assert fresh.lora_rank is None
+    change = np.max(np.abs(logits - before))
+    for merged in (fresh, reloaded):
+        error = np.max(np.abs(np.asarray(merged(x[:2])) - logits))
+        assert error < 0.05 * scale and error < 0.2 * change
+    np.testing.assert_array_equal(np.asarray(reloaded(x[:2])), np.asarray(fresh(x[:2])))
+
+
 def test_bad_lora_input(tmp_path):
     model = make("gpt2")
     for rank in [0, -1, 2.0, True]:
@@ -173,10 +225,10 @@ def test_bad_lora_input(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing"):
         wider.load_lora(tmp_path / "missing.safetensors")
 
-    quantized = make("gpt2")
-    quantized.quantize("int8")
-    with pytest.raises(ValueError, match="quantized_mode='int8'"):
-        quantized.enable_lora(2)
+    fused = make("gpt2")
+    fused.enable_lora(2)
+    with pytest.raises(ValueError, match="merge_lora"):
+        fused.quantize("int8")  # quantize the base first (QLoRA), or merge
 
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
