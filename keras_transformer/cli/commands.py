@@ -84,8 +84,10 @@ def _identity(settings, data_digest, validation_digest):
     return {**keep, "data": data_digest, "validation_data": validation_digest}
 
 
-def _check_resume(work, resume, overwrite, identity):
-    """Decides between a new run and a resumed one; raises on a mismatch."""
+def _check_resume(work, resume, overwrite, identity, remove=True):
+    """Decides between a new run and a resumed one; raises on a mismatch.
+    With `remove` (worker 0 only), `overwrite` deletes a killed run's
+    backup."""
     saved_path = os.path.join(work, RUN_FILE)
     exists = os.path.isdir(work)
     if resume:
@@ -112,7 +114,8 @@ def _check_resume(work, resume, overwrite, identity):
                 f"a killed run's backup is in {work}: add --resume to continue "
                 "it, or --overwrite to start again"
             )
-        shutil.rmtree(work)
+        if remove:
+            shutil.rmtree(work)
 
 
 def _train(args):
@@ -128,6 +131,9 @@ def _train(args):
     identity = _identity(
         settings, file_digest(args.data), file_digest(args.validation_data)
     )
+    # Every worker refuses what worker 0 refuses, before any of them joins
+    # the cluster (where the others would wait for it forever).
+    _check_resume(work, args.resume, args.overwrite, identity, remove=worker == 0)
     strategy = distribute.make_strategy(settings["distribute"], settings["batch_size"])
     if worker:
         with distribute.worker_folder(output, worker) as folder:
@@ -141,10 +147,11 @@ def _train(args):
                 args.verbose,
                 args.samples,
                 strategy=strategy,
-                shared=work,
+                # A new run reads nothing of worker 0's (a backup it
+                # replaces with --overwrite may still be there).
+                shared=work if args.resume else None,
             ).train()
         return 0
-    _check_resume(work, args.resume, args.overwrite, identity)
     train, held_out, source, notes = data
     size = f"{len(train):,} + {len(held_out):,} held-out {recipe.data_unit}"
     start = "fine-tuning " + settings["from"] if kind else "from scratch"
@@ -175,7 +182,16 @@ def _train(args):
             file=sys.stderr,
         )
         return 130
-    except Exception:
+    except Exception as error:
+        if distribute.peer_failed(settings["distribute"], work):
+            print(
+                f"keras-transformer: training stopped ({type(error).__name__}: "
+                f"{str(error).strip().splitlines()[0][:300]}); nothing was "
+                f"written to {output}. Its backup is in {work}: start every "
+                "worker again with --resume.",
+                file=sys.stderr,
+            )
+            return 1
         # Not resumable (a kill or Ctrl-C is): leave nothing behind.
         shutil.rmtree(work, ignore_errors=True)
         raise

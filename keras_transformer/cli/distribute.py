@@ -66,21 +66,34 @@ def make_strategy(distribute, batch_size):
     return strategy
 
 
+def peer_failed(distribute, work):
+    """Whether a failed multi-worker run keeps its backup: when a worker
+    dies, the others fail too (`UnavailableError`), and the restart with
+    `--resume` continues from worker 0's last backup."""
+    backup = os.path.join(work, "run", "backup")
+    return distribute == "multi-worker" and os.path.isdir(backup)
+
+
 @contextlib.contextmanager
 def worker_folder(output, index):
     """The work folder of worker `index` (not 0) of the run writing
     `output`: a temporary folder, deleted on the way out, whose prints go
-    nowhere. Its name depends only on the two, so a restarted worker first
-    removes what a killed one left there."""
+    nowhere and which holds the process's temporary files too. Its name
+    depends only on the two, so a restarted worker first removes what a
+    killed one left there."""
     digest = hashlib.sha256(os.path.abspath(output).encode()).hexdigest()[:16]
     folder = os.path.join(
         tempfile.gettempdir(), f"keras_transformer_worker{index}_{digest}"
     )
     shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
+    scratch = os.path.join(folder, "tmp")
+    os.makedirs(scratch)
+    previous = tempfile.tempdir
+    tempfile.tempdir = scratch
     try:
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):
             yield folder
     finally:
+        tempfile.tempdir = previous
         shutil.rmtree(folder, ignore_errors=True)
         sys.stdout.flush()

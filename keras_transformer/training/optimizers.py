@@ -78,22 +78,30 @@ class AdamW(keras.optimizers.AdamW):
     def get_config(self):
         return {**super().get_config(), "exclude_from_decay": self.exclude_from_decay}
 
-    def _clip_gradients(self, grads):
+    def _sums_before_clipping(self):
+        """Whether this step sums the replicas' gradients before clipping
+        them (a clipping setting, in a replica context of several
+        replicas). It depends on nothing a replica sets, so every replica's
+        thread answers the same."""
         context = tf.distribute.get_replica_context()
         clips = self.clipnorm or self.clipvalue or self.global_clipnorm
-        if clips and context is not None and context.num_replicas_in_sync > 1:
+        return bool(clips) and context is not None and context.num_replicas_in_sync > 1
+
+    def _clip_gradients(self, grads):
+        if self._sums_before_clipping():
             # Sum the replicas' gradients first; the update step then takes
             # them as summed (`_all_reduce_sum_gradients` below).
-            summed = context.all_reduce(
-                tf.distribute.ReduceOp.SUM, [g for g in grads if g is not None]
+            context = tf.distribute.get_replica_context()
+            summed = iter(
+                context.all_reduce(
+                    tf.distribute.ReduceOp.SUM, [g for g in grads if g is not None]
+                )
             )
-            summed = iter(summed)
             grads = [None if g is None else next(summed) for g in grads]
-            self._gradients_summed = True
         return super()._clip_gradients(grads)
 
     def _all_reduce_sum_gradients(self, grads_and_vars):
-        if getattr(self, "_gradients_summed", False):
-            self._gradients_summed = False  # this step's; traced once per step
+        # Called by every update step, right after `_clip_gradients`.
+        if self._sums_before_clipping():
             return list(grads_and_vars)
         return super()._all_reduce_sum_gradients(grads_and_vars)

@@ -55,7 +55,7 @@ def resumable_callbacks(directory):
 
     Under `tf.distribute.MultiWorkerMirroredStrategy`, give every worker
     the same callbacks and the same `directory`, on a file system they all
-    see (a shared disk, or `gs://...`): all of them restore from it, worker
+    see (a shared disk): all of them restore from it, worker
     0 alone writes to it, and the others write their copies to temporary
     folders that are deleted at once.
 
@@ -137,6 +137,25 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     deletes at the end) under a multi-worker strategy; every worker restores
     from its backup."""
 
+    def on_train_begin(self, logs=None):
+        if multi_worker.is_chief(self.model.distribute_strategy):
+            return super().on_train_begin(logs)
+        # Another worker only reads worker 0's files, never repairs them:
+        # latest weights that cannot be read (worker 0 died writing them)
+        # are read from the previous backup, as worker 0's repair makes them.
+        try:
+            self._load_model()
+        except OSError:
+            if not os.path.exists(self._prev_weights_path):
+                raise
+            latest = self._weights_path, self._training_metadata_path
+            self._weights_path = self._prev_weights_path
+            self._training_metadata_path = self._prev_training_metadata_path
+            try:
+                self._load_model()
+            finally:
+                self._weights_path, self._training_metadata_path = latest
+
     def _save_model(self):
         with _written_by_chief(
             self,
@@ -195,7 +214,10 @@ class _RandomStateBackup(keras.callbacks.Callback):
             variable.assign(state)
 
     def on_epoch_end(self, epoch, logs=None):
-        saved = self._read()
+        # Another worker keeps nothing: it never reads worker 0's file
+        # here, which worker 0 deletes when the run ends.
+        chief = multi_worker.is_chief(self.model.distribute_strategy)
+        saved = self._read() if chief else {}
         saved[str(epoch + 1)] = [
             keras.ops.convert_to_numpy(v).tolist() for v in self._variables()
         ]

@@ -162,12 +162,27 @@ def test_distribute_refusals_come_before_any_work(tmp_path, capsys, monkeypatch)
         assert code == 2 and expected in err and err.count("\n") == 1, err
         assert not out.exists() and not (tmp_path / ".out.partial").exists()
 
+    # A killed run's backup: worker 1 refuses a new run (or a --resume of
+    # another configuration) as worker 0 does, before joining the cluster.
+    stale = tmp_path / ".out.partial"
+    stale.mkdir()
+    (stale / "run.json").write_text(json.dumps({"task": "gpt2"}))
+    monkeypatch.setenv("TF_CONFIG", tf_config(["127.0.0.1:1", "127.0.0.1:2"], 1))
+    for more, expected in [
+        ([], "a killed run's backup is in"),
+        (["--resume"], "--resume: the backup in"),
+    ]:
+        code = front.main([*argv, *more])
+        err = capsys.readouterr().err
+        assert code == 2 and expected in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in stale.iterdir()) == ["run.json"]
+
 
 @pytest.mark.slow
 def test_two_workers_killed_and_resumed_end_like_an_uninterrupted_run(tmp_path):
-    """Worker 1 is SIGKILLed after the first backup; worker 0 is stopped;
-    both restart with --resume and end with the weights of an uninterrupted
-    two-worker run."""
+    """Worker 1 is SIGKILLed after the first backup; worker 0 stops on its
+    own and keeps the backup; both restart with --resume and end with the
+    weights of an uninterrupted two-worker run."""
     import keras
 
     import keras_transformer  # noqa: F401  (registers the model classes)
@@ -187,12 +202,18 @@ def test_two_workers_killed_and_resumed_end_like_an_uninterrupted_run(tmp_path):
             time.sleep(0.02)
         killed[1].send_signal(signal.SIGKILL)
         assert killed[1].wait() == -signal.SIGKILL
+        # Worker 0 notices (its peer stops sending heartbeats), stops, and
+        # keeps its backup for the restart.
+        _, stderr = killed[0].communicate(timeout=300)
+        assert killed[0].returncode == 1, stderr[-3000:]
+        assert "start every worker again with --resume" in stderr.splitlines()[-1]
     finally:
         for process in killed:
             if process.poll() is None:
                 process.kill()
             process.communicate()
     assert not (tmp_path / "killed").exists()
+    assert (metadata / "training_metadata.json").exists()
     finish_all(start_workers([*flags, "--output", "killed", "--resume"], tmp_path))
     expected = keras.saving.load_model(tmp_path / "whole" / "model.keras")
     actual = keras.saving.load_model(tmp_path / "killed" / "model.keras")

@@ -14,7 +14,7 @@ from tests.scale.common import finish, start_script
 def test_mirrored_strategy_on_two_devices_trains_like_one_device():
     result = json.loads(finish(start_script("mirrored.py"), timeout=300))
     assert result["replicas"] == 2
-    for family in ("gpt", "bert", "seq2seq"):
+    for family in ("gpt", "bert", "seq2seq", "clipped"):
         runs = result[family]
         np.testing.assert_allclose(runs["mirrored"], runs["single"], rtol=1e-5)
         assert runs["weight_difference"] < 1e-4, family

@@ -39,6 +39,29 @@ for family in common.FAMILIES:
             for a, b in zip(single.get_weights(), mirrored.get_weights(), strict=True)
         ),
     }
+
+
+# Clipped (every step's gradient norm is over 0.1): kt.training.AdamW clips
+# the summed gradient on both replicas, as on one device.
+def clipped(model):
+    model.compile(
+        optimizer=kt.training.AdamW(5e-3, weight_decay=0.01, global_clipnorm=0.1),
+        loss=kt.training.MaskedSparseCategoricalCrossentropy(),
+    )
+    return model
+
+
+single = clipped(common.build("gpt"))
+with strategy.scope():
+    mirrored = clipped(common.build("gpt"))
+result["clipped"] = {
+    "single": common.train(single, "gpt"),
+    "mirrored": common.train(mirrored, "gpt"),
+    "weight_difference": max(
+        float(np.max(np.abs(a - b)))
+        for a, b in zip(single.get_weights(), mirrored.get_weights(), strict=True)
+    ),
+}
 try:
     kt.training.check_global_batch(7, strategy)
 except ValueError as error:
