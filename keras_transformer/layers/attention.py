@@ -273,7 +273,7 @@ class MultiHeadAttention(keras.layers.Layer):
         width = x.shape[-1]
         # int8 kernels (`quantize("int8")`) come with their scales.
         matrices = [quantization.kernel_matrix(layer, width) for layer in layers]
-        sizes = [values.shape[-1] for values, _, _ in matrices]
+        sizes = [matrix.columns for matrix in matrices]
         y = quantization.matmul(ops.reshape(x, (-1, width)), matrices)
         if layers[0].bias is not None:
             biases = [
@@ -301,7 +301,7 @@ class MultiHeadAttention(keras.layers.Layer):
         if self.output_dense.bias is not None:
             y = y + ops.cast(self.output_dense.bias, heads.dtype)
         batch, length = ops.shape(heads)[0], ops.shape(heads)[1]
-        return ops.reshape(y, (batch, length, matrix[0].shape[-1]))
+        return ops.reshape(y, (batch, length, matrix.columns))
 
     def _attend(self, q, k, v, mask, training):
         q = ops.multiply(q, ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype))
@@ -390,7 +390,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _heads(self, layer):
         """`(heads, depth)` of a projection sublayer's outputs."""
-        return tuple(layer.kernel.shape[1:])
+        return tuple(layer.float_kernel_shape[1:])
 
     def _sublayer_kwargs(self):
         return {

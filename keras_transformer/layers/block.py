@@ -8,6 +8,7 @@ Shape legend: B batch, T sequence length, E hidden size, F intermediate size.
 import keras
 
 from keras_transformer import _validation as validation
+from keras_transformer.layers import quantization
 from keras_transformer.layers.attention import MultiHeadAttention
 
 
@@ -119,7 +120,7 @@ class TransformerBlockBase(keras.layers.Layer):
 
     def _build_feedforward(self, inputs_shape):
         hidden_dim = inputs_shape[-1]
-        self.feedforward_intermediate_dense = keras.layers.Dense(
+        self.feedforward_intermediate_dense = quantization.Dense(
             self.intermediate_dim,
             activation=self.activation,
             dtype=self.dtype_policy,
@@ -127,7 +128,7 @@ class TransformerBlockBase(keras.layers.Layer):
             **self._initializers(),
         )
         self.feedforward_intermediate_dense.build(inputs_shape)
-        self.feedforward_output_dense = keras.layers.Dense(
+        self.feedforward_output_dense = quantization.Dense(
             hidden_dim,
             dtype=self.dtype_policy,
             name="feedforward_output_dense",

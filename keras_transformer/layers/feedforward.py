@@ -6,6 +6,7 @@ Shape legend: B batch, T sequence length, E hidden size, F intermediate size.
 import keras
 
 from keras_transformer import _validation as validation
+from keras_transformer.layers import quantization
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -30,8 +31,8 @@ class GatedFeedForward(keras.layers.Layer):
     Returns:
         `(B, T, E)`.
 
-    Layers (attributes): `gate` and `up` (`keras.layers.Dense`, E -> F),
-    `down` (`keras.layers.Dense`, F -> E).
+    Layers (attributes): `gate` and `up` (`kt.layers.quantization.Dense`,
+    a Keras `Dense`, E -> F), `down` (F -> E).
 
     Examples:
         >>> import numpy as np
@@ -77,7 +78,7 @@ class GatedFeedForward(keras.layers.Layer):
         return self.down(self.activation(self.gate(inputs)) * self.up(inputs))
 
     def _dense(self, name, units, inputs_shape):
-        layer = keras.layers.Dense(
+        layer = quantization.Dense(
             units,
             use_bias=self.use_bias,
             # Fresh initializer objects per sublayer, so no two share a seed.

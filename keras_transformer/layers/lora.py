@@ -12,13 +12,13 @@ is `W + alpha / r * reshape(A @ B)`, read by the attention layers' products
 and merged into the kernel when the layer is saved, as Keras does.
 """
 
-import math
-
 import keras
 from keras import ops
 
+from keras_transformer.layers.quantization import Int8Matrix
 
-class Projection(keras.layers.EinsumDense):
+
+class Projection(Int8Matrix, keras.layers.EinsumDense):
     """An `EinsumDense` whose kernel's leading axes are the ones contracted
     with the input, with LoRA over the kernel as a matrix (see the module).
 
@@ -32,13 +32,11 @@ class Projection(keras.layers.EinsumDense):
         ((8, 2), (2, 8))
     """
 
-    def _matrix_shape(self):
-        """`(in, out)`: the kernel as a matrix."""
+    @property
+    def contracted_axes(self):
+        """How many leading kernel axes are contracted with the input."""
         inputs, weights = self.equation.split("->")[0].split(",")
-        contracted = sum(1 for axis in weights if axis in inputs)
-        shape = tuple(self._kernel.shape)
-        rows = math.prod(shape[:contracted])
-        return rows, math.prod(shape) // rows
+        return sum(1 for axis in weights if axis in inputs)
 
     def enable_lora(
         self, rank, lora_alpha=None, a_initializer="he_uniform", b_initializer="zeros"
@@ -53,7 +51,7 @@ class Projection(keras.layers.EinsumDense):
                 f"(int8 is). Received: layer {self.name!r} with "
                 f"quantization_mode={self.quantization_mode!r}"
             )
-        rows, columns = self._matrix_shape()
+        rows, columns = self.matrix_shape()
         self._tracker.unlock()
         self.lora_kernel_a = self.add_weight(
             name="lora_kernel_a",
@@ -86,7 +84,7 @@ class Projection(keras.layers.EinsumDense):
         if not getattr(self, "lora_enabled", False):
             return super().kernel
         if self.quantization_mode:  # int8: the update is computed apart
-            return self._kernel
+            return self.int8_values()
         update = ops.matmul(self.lora_kernel_a, self.lora_kernel_b)
         update = ops.reshape(update, self._kernel.shape)
         scale = self.lora_alpha / self.lora_rank
@@ -94,27 +92,3 @@ class Projection(keras.layers.EinsumDense):
             ops.add(ops.cast(self._kernel, "float32"), scale * update),
             self.compute_dtype,
         )
-
-    def _get_kernel_with_merged_lora(self):
-        """`(kernel, scale, None)` with the LoRA update merged, for saving
-        (Keras' own merge assumes its per-head factors). An int8 kernel is
-        dequantized, merged and quantized again per output column."""
-        if not self.lora_enabled or self.quantization_mode is None:
-            return super()._get_kernel_with_merged_lora()
-        rows, columns = self._matrix_shape()
-        scale = ops.reshape(self.kernel_scale, (columns,))
-        weights = ops.reshape(ops.cast(self._kernel, "float32"), (rows, columns))
-        update = ops.matmul(self.lora_kernel_a, self.lora_kernel_b)
-        merged = weights / scale + (self.lora_alpha / self.lora_rank) * update
-        largest = ops.max(ops.abs(merged), axis=0)
-        new_scale = 127.0 / ops.where(largest > 0, largest, 1.0)
-        values = ops.clip(ops.round(merged * new_scale), -127, 127)
-        return (
-            ops.reshape(ops.cast(values, "int8"), self._kernel.shape),
-            ops.reshape(new_scale, self.kernel_scale.shape),
-            None,
-        )
-
-    def quantize(self, mode=None, type_check=True, config=None):
-        # Keras skips subclasses of `EinsumDense`; this one computes the same.
-        super().quantize(mode, type_check=False, config=config)

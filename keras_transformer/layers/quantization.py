@@ -9,11 +9,24 @@ with the right numbers in both cases: the int8 values are cast in the
 product and the scale is applied to its output, which is the same as
 multiplying by the dequantized matrix.
 
+Our projections (`Dense` here, `kt.layers.lora.Projection`) keep an int8
+kernel in memory as its transposed matrix, `(out, in)` (`Int8Matrix`):
+each output is then a dot product over a contiguous row, which XLA
+computes from the int8 bytes (the cast fused into the product) when one
+token is decoded. In Keras' `(in, out)` layout XLA first writes a float32
+copy of the whole kernel, four times the bytes, at every step. `.keras`
+files keep Keras' layout: the matrix is transposed back on saving and
+again on loading.
+
 `SUPPORTED_MODES` are the quantization modes this holds for; a model
 refuses the others (`kt.models`' `quantize`).
 """
 
+import math
+from typing import NamedTuple
+
 import keras
+import numpy as np
 from keras import ops
 
 SUPPORTED_MODES = ("int8",)
@@ -30,55 +43,243 @@ def check_mode(layer):
     return mode
 
 
+class Matrix(NamedTuple):
+    """A kernel as a matrix (`kernel_matrix`): the weight is `values /
+    scale` (`values` itself when `scale` is None), `values` being `(rows,
+    columns)`, or `(columns, rows)` when `transposed`; `lora` is `(A (rows,
+    r), B (r, columns), alpha / r)` or None, left out of `values`."""
+
+    values: object
+    scale: object
+    lora: object
+    transposed: bool = False
+
+    @property
+    def columns(self):
+        return self.values.shape[0 if self.transposed else -1]
+
+
 def kernel_matrix(layer, rows):
-    """`(values (rows, N), scale (N,) or None, lora)`: the kernel of an
-    `EinsumDense` or `Dense` as a matrix, the weight being `values / scale`
-    (`values` itself when `scale` is None), plus a LoRA update when the
-    layer has one: `lora` is `(A (rows, r), B (r, N), alpha / r)` (a
-    `kt.layers.lora.Projection`'s; None otherwise), left out of `values`."""
+    """The kernel of an `EinsumDense` or `Dense` as a `Matrix` of `rows`
+    rows (the product of its contracted axes), with its int8 scale and its
+    LoRA update (a `kt.layers.lora.Projection`'s, or a `Dense`'s here)."""
     lora = getattr(layer, "lora_factors", lambda: None)()
     if check_mode(layer) is None:
         kernel = layer.kernel if lora is None else layer._kernel
-        return ops.reshape(kernel, (rows, -1)), None, lora
-    values = ops.reshape(layer._kernel, (rows, -1))
-    return values, ops.reshape(layer.kernel_scale, (-1,)), lora
+        return Matrix(ops.reshape(kernel, (rows, -1)), None, lora)
+    scale = ops.reshape(layer.kernel_scale, (-1,))
+    if getattr(layer, "transposed_int8", False):
+        return Matrix(layer._kernel, scale, lora, transposed=True)
+    return Matrix(ops.reshape(layer._kernel, (rows, -1)), scale, lora)
+
+
+def _in_place(values, x):
+    """int8 `values` made to depend on `x`, unchanged: `values + 0`, the
+    zero computed from `x` (XLA cannot fold it away).
+
+    In a compiled decoding loop the weights are loop invariants, so XLA
+    would hoist `cast(values)` out of the loop and carry a float32 copy
+    of every kernel, four times the bytes read at each step. Tied to the
+    step's input, the cast stays in the product, which reads the int8
+    bytes (`kernel_matrix`'s transposed layout)."""
+    nan = ops.isnan(ops.sum(x[:1, :1]))
+    return values + ops.minimum(ops.cast(nan, "int8"), ops.zeros((), "int8"))
+
+
+def _product(x, matrix):
+    """`x` `(N, rows)` times one `Matrix`'s weight (without LoRA)."""
+    if matrix.transposed:  # a dot product per contiguous row
+        kernel = ops.cast(_in_place(matrix.values, x), x.dtype)
+        y = ops.einsum("nr,cr->nc", x, kernel)
+        return y / ops.cast(matrix.scale, x.dtype)
+    y = ops.matmul(x, ops.cast(matrix.values, x.dtype))
+    return y if matrix.scale is None else y / ops.cast(matrix.scale, x.dtype)
 
 
 def matmul(x, matrices):
-    """`x` `(N, rows)` times the matrices `[(values, scale, lora), ...]`
-    (from `kernel_matrix`) side by side, in one product, in `x`'s dtype.
+    """`x` `(N, rows)` times the `Matrix`es `matrices` (from
+    `kernel_matrix`) side by side, in `x`'s dtype: one product over the
+    kernels put side by side, or one product per kernel when an int8 one
+    is transposed (so each is read in place).
 
     A LoRA update is computed beside the frozen kernel, `(x @ A) @ B *
     alpha / r`, never as `W + A @ B`: no kernel-sized copy is made in the
     forward pass, nor a kernel-sized gradient in the backward pass."""
-    values = [v for v, _, _ in matrices]
-    kernel = values[0] if len(values) == 1 else ops.concatenate(values, axis=1)
-    y = ops.matmul(x, ops.cast(kernel, x.dtype))
-    scales = [s for _, s, _ in matrices]
-    if scales[0] is not None:
-        scale = scales[0] if len(scales) == 1 else ops.concatenate(scales)
-        y = y / ops.cast(scale, x.dtype)
-    if all(lora is None for _, _, lora in matrices):
+    if len(matrices) == 1 or any(m.transposed for m in matrices):
+        parts = [_product(x, m) for m in matrices]
+        y = parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=1)
+    else:
+        kernel = ops.concatenate([m.values for m in matrices], axis=1)
+        scales = [m.scale for m in matrices]
+        scale = None if scales[0] is None else ops.concatenate(scales)
+        y = _product(x, Matrix(kernel, scale, None))
+    if all(m.lora is None for m in matrices):
         return y
     updates = []
-    for values, _, lora in matrices:
-        if lora is None:
-            updates.append(ops.zeros((ops.shape(x)[0], values.shape[-1]), x.dtype))
+    for matrix in matrices:
+        if matrix.lora is None:
+            updates.append(ops.zeros((ops.shape(x)[0], matrix.columns), x.dtype))
         else:
-            a, b, factor = lora
+            a, b, factor = matrix.lora
             low = ops.matmul(x, ops.cast(a, x.dtype))
             updates.append(ops.matmul(low, ops.cast(b, x.dtype)) * factor)
     return y + (updates[0] if len(updates) == 1 else ops.concatenate(updates, axis=1))
+
+
+class Int8Matrix:
+    """Mixin of a `Dense` or `EinsumDense` subclass whose int8 kernel is
+    kept in memory as its transposed matrix `(out, in)`, `in` being the
+    product of the kernel's leading `contracted_axes` axes (see the
+    module). `kernel` still reads as Keras' int8 values, in the float
+    kernel's shape, and `.keras` files hold Keras' layout."""
+
+    contracted_axes = 1
+
+    @property
+    def transposed_int8(self):
+        """Whether the int8 kernel is held as an `(out, in)` matrix."""
+        return getattr(self, "_float_kernel_shape", None) is not None
+
+    @property
+    def float_kernel_shape(self):
+        """The kernel's shape in Keras' layout (the float kernel's)."""
+        return getattr(self, "_float_kernel_shape", None) or tuple(self._kernel.shape)
+
+    def matrix_shape(self):
+        """`(in, out)`: the kernel as a matrix."""
+        shape = self.float_kernel_shape
+        rows = math.prod(shape[: self.contracted_axes])
+        return rows, math.prod(shape) // rows
+
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras skips subclasses; these compute the same.
+        super().quantize(mode, type_check=False, config=config)
+        if mode == "int8":
+            shape = tuple(self._kernel.shape)
+            values = ops.convert_to_numpy(self._kernel).reshape(self.matrix_shape())
+            self._tracker.unlock()
+            del self._kernel
+            self._kernel = self.add_weight(
+                name="kernel",
+                shape=values.shape[::-1],
+                initializer="zeros",
+                dtype="int8",
+                trainable=False,
+            )
+            self._tracker.lock()
+            self._kernel.assign(np.ascontiguousarray(values.T))
+            self._float_kernel_shape = shape
+
+    @property
+    def kernel(self):
+        if not self.transposed_int8:
+            return super().kernel
+        return self.int8_values()
+
+    def int8_values(self):
+        """The int8 kernel values in the float kernel's shape."""
+        if not self.transposed_int8:
+            return self._kernel
+        return ops.reshape(ops.transpose(self._kernel), self._float_kernel_shape)
+
+    def assign_int8(self, values, scale):
+        """Sets the int8 kernel from `values` in the float kernel's shape
+        (or as an `(in, out)` matrix) and its `scale`."""
+        matrix = ops.reshape(values, self.matrix_shape())
+        self._kernel.assign(
+            ops.transpose(matrix)
+            if self.transposed_int8
+            else ops.reshape(matrix, self._kernel.shape)
+        )
+        self.kernel_scale.assign(ops.reshape(scale, self.kernel_scale.shape))
+
+    def _get_kernel_with_merged_lora(self):
+        """`(kernel, scale, None)` for saving, in Keras' layout, with a LoRA
+        update merged: an int8 kernel is dequantized, merged and quantized
+        again per output column (Keras' own merge assumes its layout)."""
+        if self.quantization_mode != "int8" or not (
+            self.lora_enabled or self.transposed_int8
+        ):
+            return super()._get_kernel_with_merged_lora()
+        if not self.lora_enabled:
+            return self.int8_values(), self.kernel_scale, None
+        rows, columns = self.matrix_shape()
+        scale = ops.reshape(self.kernel_scale, (columns,))
+        weights = ops.reshape(ops.cast(self.int8_values(), "float32"), (rows, columns))
+        update = ops.matmul(self.lora_kernel_a, self.lora_kernel_b)
+        merged = weights / scale + (self.lora_alpha / self.lora_rank) * update
+        largest = ops.max(ops.abs(merged), axis=0)
+        new_scale = 127.0 / ops.where(largest > 0, largest, 1.0)
+        values = ops.clip(ops.round(merged * new_scale), -127, 127)
+        return (
+            ops.reshape(ops.cast(values, "int8"), self.float_kernel_shape),
+            ops.reshape(new_scale, self.kernel_scale.shape),
+            None,
+        )
+
+    def load_own_variables(self, store):
+        if self.transposed_int8:  # the file holds Keras' `(in, out)` layout
+            store = {key: store[key] for key in store.keys()}
+            matrix = np.asarray(store["0"]).reshape(self.matrix_shape())
+            store["0"] = np.ascontiguousarray(matrix.T)
+        super().load_own_variables(store)
+
+    def _int8_call(self, inputs, training=None):
+        if not self.transposed_int8:
+            return super()._int8_call(inputs, training=training)
+        rows, _ = self.matrix_shape()
+        leading = ops.shape(inputs)[: len(inputs.shape) - self.contracted_axes]
+        y = matmul(ops.reshape(inputs, (-1, rows)), [kernel_matrix(self, rows)])
+        y = ops.reshape(
+            y, (*leading, *self._float_kernel_shape[self.contracted_axes :])
+        )
+        if self.bias is not None:
+            y = y + ops.cast(self.bias, y.dtype)
+        if self.activation is not None:
+            y = self.activation(y)
+        return y
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Dense(Int8Matrix, keras.layers.Dense):
+    """A Keras `Dense` (same weights and files) whose `quantize("int8")`
+    keeps the kernel as an `(out, in)` int8 matrix, so one-token decoding
+    reads int8 bytes, not a float32 copy (see the module).
+
+    Example:
+        >>> import numpy as np
+        >>> from keras_transformer.layers.quantization import Dense
+        >>> layer = Dense(4)
+        >>> layer.build((None, 8))
+        >>> x = np.ones((2, 8), "float32")
+        >>> before = np.asarray(layer(x))
+        >>> layer.quantize("int8")
+        >>> tuple(layer._kernel.shape), tuple(layer.kernel.shape)
+        ((4, 8), (8, 4))
+        >>> bool(np.allclose(layer(x), before, atol=0.05))
+        True
+    """
+
+    def lora_factors(self):
+        """`(A, B, alpha / r)` with Keras' LoRA enabled, else None."""
+        if not self.lora_enabled:
+            return None
+        return self.lora_kernel_a, self.lora_kernel_b, self.lora_alpha / self.lora_rank
 
 
 def embedding_logits(x, embedding):
     """`x` `(..., E)` times the transposed table `(V, E)` of a Keras
     `Embedding`, in `x`'s dtype: `(..., V)` (a tied output head)."""
     table = embedding.embeddings
-    y = ops.matmul(x, ops.transpose(ops.cast(table, x.dtype)))
     if check_mode(embedding) is None:
-        return y
-    return y / ops.cast(embedding.embeddings_scale, x.dtype)
+        return ops.matmul(x, ops.transpose(ops.cast(table, x.dtype)))
+    # The table is `(V, E)`: a dot product per contiguous int8 row.
+    rows = ops.reshape(x, (-1, x.shape[-1]))
+    table = ops.cast(_in_place(table, rows), x.dtype)
+    y = ops.einsum("nr,cr->nc", rows, table) / ops.cast(
+        embedding.embeddings_scale, x.dtype
+    )
+    return ops.reshape(y, (*ops.shape(x)[:-1], table.shape[0]))
 
 
 class TiedEmbedding(keras.layers.Embedding):

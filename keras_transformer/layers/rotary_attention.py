@@ -185,7 +185,7 @@ class RotaryAttention(MultiHeadAttention):
         return layer
 
     def _heads(self, layer):
-        return (layer.kernel.shape[-1] // self.key_dim, self.key_dim)
+        return (layer.float_kernel_shape[-1] // self.key_dim, self.key_dim)
 
     def _project(self, x, *layers):
         if len(layers) > 1 and x.shape[1] == 1:

@@ -183,7 +183,7 @@ class Llama(ModelMixin, CausalLM):
         self.final_norm = RMSNormalization(layer_norm_epsilon, name="final_norm")
         self.lm_head = None
         if not tie_word_embeddings:
-            self.lm_head = keras.layers.Dense(
+            self.lm_head = quantization.Dense(
                 vocabulary_size - 1,
                 use_bias=False,
                 kernel_initializer=normal_initializer(),

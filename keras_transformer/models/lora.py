@@ -257,8 +257,11 @@ class LoRAMixin:
             else:  # int8 (QLoRA): dequantize, merge, quantize again
                 values, scale = layer._get_kernel_with_merged_lora()[:2]
                 layer._tracker.unlock()
-                layer._kernel.assign(values)
-                layer.kernel_scale.assign(scale)
+                if hasattr(layer, "assign_int8"):  # ours: any layout
+                    layer.assign_int8(values, scale)
+                else:
+                    layer._kernel.assign(values)
+                    layer.kernel_scale.assign(scale)
             del layer.lora_kernel_a
             del layer.lora_kernel_b
             layer.lora_enabled = False

@@ -14,6 +14,7 @@ from keras_transformer.layers import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
     exclude_padding_logit,
+    quantization,
 )
 from keras_transformer.models.base import (
     ModelMixin,
@@ -231,7 +232,7 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         ]
         self.output_dense = None
         if not tied:
-            self.output_dense = keras.layers.Dense(
+            self.output_dense = quantization.Dense(
                 self.decoder_embeddings.vocabulary_size, dtype="float32", name="logits"
             )
         self.output_bias = (

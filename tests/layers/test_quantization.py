@@ -1,0 +1,108 @@
+"""int8 kernels held as transposed matrices (`kt.layers.quantization`):
+the same numbers and files as Keras' layout, and read in place by a
+compiled decoding loop."""
+
+import re
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.layers import quantization
+from keras_transformer.layers.lora import Projection
+from keras_transformer.models.quantize import weight_only_config
+
+
+def _dense_pair(seed=0):
+    """Our `Dense` and Keras' with the same float weights, both int8."""
+    ours, theirs = quantization.Dense(40), keras.layers.Dense(40)
+    for layer in (ours, theirs):
+        layer.build((None, 24))
+    rng = np.random.default_rng(seed)
+    kernel = rng.normal(size=(24, 40)).astype("float32")
+    bias = rng.normal(size=(40,)).astype("float32")
+    for layer in (ours, theirs):
+        layer.set_weights([kernel, bias])
+        layer.quantize("int8", config=weight_only_config("int8"))
+    return ours, theirs
+
+
+def test_dense_int8_is_kerass_values_held_transposed():
+    ours, theirs = _dense_pair()
+    assert tuple(ours._kernel.shape) == (40, 24)
+    np.testing.assert_array_equal(np.asarray(ours.kernel), np.asarray(theirs._kernel))
+    np.testing.assert_array_equal(
+        np.asarray(ours.kernel_scale), np.asarray(theirs.kernel_scale)
+    )
+    x = np.random.default_rng(1).normal(size=(3, 5, 24)).astype("float32")
+    np.testing.assert_allclose(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
+
+
+def test_saved_int8_kernels_keep_kerass_layout_and_reload():
+    ours, theirs = _dense_pair()
+    store, reference = {}, {}
+    ours.save_own_variables(store)
+    theirs.save_own_variables(reference)
+    assert sorted(store) == sorted(reference)
+    for key in store:
+        np.testing.assert_array_equal(
+            np.asarray(store[key]), np.asarray(reference[key])
+        )
+    fresh, _ = _dense_pair(seed=5)  # other weights, the same layers
+    fresh.load_own_variables(store)
+    x = np.random.default_rng(2).normal(size=(4, 24)).astype("float32")
+    np.testing.assert_array_equal(fresh(x), ours(x))
+
+
+def test_projection_int8_matches_its_float_kernel_through_einsum():
+    layer = Projection("bthd,hde->bte", output_shape=(None, 6), bias_axes="e")
+    layer.build((None, None, 2, 4))
+    rng = np.random.default_rng(3)
+    kernel = rng.normal(size=(2, 4, 6)).astype("float32")
+    layer.set_weights([kernel, rng.normal(size=6).astype("float32")])
+    x = rng.normal(size=(2, 3, 2, 4)).astype("float32")
+    float_outputs = np.asarray(layer(x))
+    layer.quantize("int8", config=weight_only_config("int8"))
+    assert tuple(layer._kernel.shape) == (6, 8)
+    assert tuple(layer.kernel.shape) == (2, 4, 6)
+    dequantized = np.asarray(layer.kernel, "float32") / np.asarray(layer.kernel_scale)
+    expected = np.einsum("bthd,hde->bte", x, dequantized) + np.asarray(layer.bias)
+    np.testing.assert_allclose(layer(x), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(layer(x), float_outputs, atol=0.05)
+    store = {}
+    layer.save_own_variables(store)
+    assert np.asarray(store["0"]).shape == (2, 4, 6)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_a_compiled_loop_reads_int8_kernels_in_place(tied):
+    """XLA hoists loop invariants: the cast of a weight read in a loop would
+    become a float32 copy carried by the loop (four times the bytes read
+    per step). The loop must carry no float32 matrix of the kernel's shape."""
+    if tied:
+        layer = quantization.TiedEmbedding(40, 24)
+        layer.build((None,))
+        layer.quantize("int8", config=weight_only_config("int8"))
+
+        def step(x):
+            return x + 1e-3 * layer(x, reverse=True)[:, :24]
+
+    else:
+        layer, _ = _dense_pair()
+
+        def step(x):
+            return x + 1e-3 * layer(x)[:, :24]
+
+    @tf.function(jit_compile=True)
+    def loop(x):
+        return tf.while_loop(lambda i, x: i < 3, lambda i, x: (i + 1, step(x)), (0, x))
+
+    x = tf.ones((1, 24))
+    hlo = loop.experimental_get_compiler_ir(x)(stage="optimized_hlo")
+    loops = [line for line in hlo.splitlines() if " while(" in line]
+    assert loops, hlo
+    for line in loops:
+        state = line.split(" while(")[0]
+        assert not re.search(r"f32\[(40,24|24,40)\]", state), state
+    assert re.search(r"s8\[40,24\]", "".join(loops))
