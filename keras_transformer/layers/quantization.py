@@ -74,23 +74,31 @@ def kernel_matrix(layer, rows):
 
 
 def _in_place(values, x):
-    """int8 `values` made to depend on `x`, unchanged: `values + 0`, the
-    zero computed from `x` (XLA cannot fold it away).
+    """int8 `values` and the input `x` of their product, unchanged: `values
+    + 0` and `x / 1`, the zero and the one computed from `x` (XLA cannot
+    fold them away).
 
     In a compiled decoding loop the weights are loop invariants, so XLA
     would hoist `cast(values)` out of the loop and carry a float32 copy
     of every kernel, four times the bytes read at each step. Tied to the
     step's input, the cast stays in the product, which reads the int8
-    bytes (`kernel_matrix`'s transposed layout)."""
+    bytes (`kernel_matrix`'s transposed layout).
+
+    XLA on the CPU computes such a matrix-vector product as one fused
+    loop, and it would also fuse the work that makes `x` (a layer norm, a
+    GELU) into it, redoing that work for every output row. A division is
+    never fused into a consumer that reads its elements many times, so
+    `x / 1` makes XLA compute `x` once."""
     nan = ops.isnan(ops.sum(x[:1, :1]))
-    return values + ops.minimum(ops.cast(nan, "int8"), ops.zeros((), "int8"))
+    zero = ops.minimum(ops.cast(nan, "int8"), ops.zeros((), "int8"))
+    return values + zero, x / (1 - ops.cast(zero, x.dtype))
 
 
 def _product(x, matrix):
     """`x` `(N, rows)` times one `Matrix`'s weight (without LoRA)."""
     if matrix.transposed:  # a dot product per contiguous row
-        kernel = ops.cast(_in_place(matrix.values, x), x.dtype)
-        y = ops.einsum("nr,cr->nc", x, kernel)
+        values, x = _in_place(matrix.values, x)
+        y = ops.einsum("nr,cr->nc", x, ops.cast(values, x.dtype))
         return y / ops.cast(matrix.scale, x.dtype)
     y = ops.matmul(x, ops.cast(matrix.values, x.dtype))
     return y if matrix.scale is None else y / ops.cast(matrix.scale, x.dtype)
@@ -275,7 +283,8 @@ def embedding_logits(x, embedding):
         return ops.matmul(x, ops.transpose(ops.cast(table, x.dtype)))
     # The table is `(V, E)`: a dot product per contiguous int8 row.
     rows = ops.reshape(x, (-1, x.shape[-1]))
-    table = ops.cast(_in_place(table, rows), x.dtype)
+    table, rows = _in_place(table, rows)
+    table = ops.cast(table, x.dtype)
     y = ops.einsum("nr,cr->nc", rows, table) / ops.cast(
         embedding.embeddings_scale, x.dtype
     )

@@ -106,3 +106,64 @@ def test_a_compiled_loop_reads_int8_kernels_in_place(tied):
         state = line.split(" while(")[0]
         assert not re.search(r"f32\[(40,24|24,40)\]", state), state
     assert re.search(r"s8\[40,24\]", "".join(loops))
+
+
+def _computations(hlo):
+    """The optimized HLO's computations, by name: name -> body text."""
+    bodies, name = {}, None
+    for line in hlo.splitlines():
+        header = re.match(r"^(?:ENTRY )?%?([\w.\-]+) \(.*\{$", line)
+        if header:
+            name, bodies[header.group(1)] = header.group(1), ""
+        elif name is not None:
+            bodies[name] += line + "\n"
+    return bodies
+
+
+def _dot_operand_kinds(body):
+    """What a fused computation's `dot` reads, through bitcasts: the
+    opcode that makes each operand ("parameter" if read from memory)."""
+    made = {}  # name -> (opcode, its first operand)
+    ref = r"%([\w.\-]+)"
+    for line in body.splitlines():
+        found = re.search(rf"{ref} = \S+(?: \S+)? ([\w\-]+)\((?:{ref})?", line)
+        if found:
+            made[found[1]] = (found[2], found[3])
+    kinds = []
+    for name in re.search(rf" dot\({ref}, {ref}\)", body).groups():
+        while made[name][0] == "bitcast":
+            name = made[name][1]
+        kinds.append(made[name][0])
+    return kinds
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_an_int8_product_computes_its_input_once(tied):
+    """XLA on the CPU fuses a matrix-vector product and its int8 cast into
+    one loop over the output rows. The work that makes the vector (here
+    `x * x + 1`, in a model a layer norm or a GELU) must stay outside that
+    loop, or it is redone for every output row: the product reads the
+    vector from memory."""
+    if tied:
+        layer = quantization.TiedEmbedding(40, 24)
+        layer.build((None,))
+        layer.quantize("int8", config=weight_only_config("int8"))
+
+        def product(x):
+            return layer(x, reverse=True)
+
+    else:
+        layer, _ = _dense_pair()
+        product = layer
+
+    @tf.function(jit_compile=True)
+    def step(x):
+        return product(x * x + 1.0)
+
+    x = tf.ones((1, 24))
+    hlo = step.experimental_get_compiler_ir(x)(stage="optimized_hlo")
+    bodies = _computations(hlo).values()
+    products = [body for body in bodies if " dot(" in body and "s8[" in body]
+    assert products, hlo
+    for body in products:
+        assert "parameter" in _dot_operand_kinds(body), body
