@@ -14,19 +14,18 @@ Shape legend: B batch, P prompt length, L buffer length (a bucket >= P +
 max_new_tokens), S source length.
 """
 
-import weakref
-
 import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
 from keras_transformer.generation.registry import get_sampler
 from keras_transformer.generation.speculative import speculative_decode_function
+from keras_transformer.models.base import CompiledFunctions
 from keras_transformer.models.decoding import CausalLM, Seq2SeqLM
 
 BUCKET = 32  # buffer and source lengths are rounded up to a multiple of this
 
-_COMPILED = weakref.WeakKeyDictionary()
+_COMPILED = CompiledFunctions()  # per model, until its variables change
 
 
 def generate(
@@ -209,8 +208,9 @@ def check_end_token_ids(end_token_id, vocabulary_size):
 
 def compiled_decode_fn(model, sampler, use_cache=True):
     """`decode_function(model, sampler, use_cache)` as an XLA-compiled
-    `tf.function`, built once per model and sampler and reused by `generate`."""
-    functions = _COMPILED.setdefault(model, {})
+    `tf.function`, built once per model and sampler and reused by `generate`
+    (built again once `quantize` or LoRA has changed the model's variables)."""
+    functions = _COMPILED.of(model)
     key = (sampler.config(), use_cache)
     if key not in functions:
         functions[key] = tf.function(
@@ -229,17 +229,18 @@ def compiled_speculative_fn(
 
     The function returns `(tokens, stats)`, `stats` being the int32 `(2,)`
     count of speculative steps and of the proposed tokens they kept."""
-    functions = _COMPILED.setdefault(model, {})
+    functions = _COMPILED.of(model)
     # The proposer is part of the key: a model may be its own draft, and
     # then draft and prompt lookup both belong to `model`.
     if draft_model is None:
         key = (sampler.config(), "prompt_lookup", num_tokens, max_ngram_size)
     else:
         key = (sampler.config(), "draft", num_tokens)
-    drafts = functions.setdefault(key, weakref.WeakKeyDictionary())
+    drafts = functions.setdefault(key, CompiledFunctions())
     owner = model if draft_model is None else draft_model  # lookup: no draft
-    if owner not in drafts:
-        drafts[owner] = tf.function(
+    compiled = drafts.of(owner)
+    if "decode" not in compiled:
+        compiled["decode"] = tf.function(
             speculative_decode_function(
                 model,
                 sampler,
@@ -250,7 +251,7 @@ def compiled_speculative_fn(
             jit_compile=True,
             reduce_retracing=False,
         )
-    return drafts[owner]
+    return compiled["decode"]
 
 
 def decode_function(model, sampler, use_cache=True):

@@ -12,7 +12,6 @@ Shape legend: B batch, L buffer length.
 """
 
 import time
-import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -20,6 +19,7 @@ import tensorflow as tf
 from keras_transformer import _validation as validation
 from keras_transformer.generation.decode import check_generative, check_request
 from keras_transformer.generation.registry import get_sampler
+from keras_transformer.models.base import CompiledFunctions
 
 CHUNK_SIZE = 16  # positions per piece: few enough calls to keep the speed
 # With `piece_seconds`, pieces grow toward lasting this long: each piece
@@ -30,7 +30,7 @@ CHUNK_SIZE = 16  # positions per piece: few enough calls to keep the speed
 PIECE_SECONDS = 0.25
 GROWTH = 8  # the most a piece grows over the one before
 
-_COMPILED = weakref.WeakKeyDictionary()
+_COMPILED = CompiledFunctions()  # per model, until its variables change
 
 
 class ChunkedDecoding:
@@ -174,7 +174,7 @@ def compiled_chunk_fns(model, sampler):
     `chunk(tokens, state, index, done, until, stop, prompt_mask,
     end_token_id, seed) -> (tokens, state, index, done)` runs the sampler's
     loop from `index` to `until` (see `kt.generation.Sampler.run`)."""
-    functions = _COMPILED.setdefault(model, {})
+    functions = _COMPILED.of(model)
     key = sampler.config()
     if key not in functions:
         functions[key] = tuple(

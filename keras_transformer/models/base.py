@@ -11,6 +11,7 @@ a preset name.
 import contextlib
 import functools
 import threading
+import weakref
 
 import keras
 
@@ -261,3 +262,53 @@ def preset_factory(model_class):
         return wrapper
 
     return decorate
+
+
+# Compiled functions kept per model, and forgotten when its variables
+# change.
+#
+# A `tf.function` traced on a model reads the variables the model had when
+# it was traced. `quantize`, `enable_lora`, `merge_lora` and `load_lora`
+# replace or add variables, so a function traced before them would keep
+# computing with the old ones: float weights after `quantize`, no adapter
+# after `enable_lora`. Each lookup therefore compares the model's variables
+# (which ones, not their values) with those the functions were traced on.
+
+
+def variables_signature(*models):
+    """Which variables `models` have: identity, dtype and shape of each."""
+    return tuple(
+        tuple((id(v), str(v.dtype), tuple(v.shape)) for v in model.weights)
+        for model in models
+    )
+
+
+class CompiledFunctions:
+    """Dicts of compiled functions, one per owner (a model or a task),
+    emptied when the owner's variables have changed. Owners are held
+    weakly.
+
+    Example:
+        >>> import keras
+        >>> from keras_transformer.models.base import CompiledFunctions
+        >>> cache = CompiledFunctions()
+        >>> model = keras.Sequential([keras.layers.Dense(2)])
+        >>> model.build((None, 3))
+        >>> cache.of(model)["f"] = "traced"
+        >>> cache.of(model)
+        {'f': 'traced'}
+        >>> model.layers[0].enable_lora(1)  # adds two variables
+        >>> cache.of(model)
+        {}
+    """
+
+    def __init__(self):
+        self._entries = weakref.WeakKeyDictionary()
+
+    def of(self, owner):
+        """`owner`'s dict of functions (a new one if its variables changed)."""
+        signature = variables_signature(owner)
+        entry = self._entries.get(owner)
+        if entry is None or entry[0] != signature:
+            entry = self._entries[owner] = (signature, {})
+        return entry[1]

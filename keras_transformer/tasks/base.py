@@ -20,9 +20,12 @@ import keras
 from keras_transformer import _validation as validation
 from keras_transformer.export import savedmodel
 from keras_transformer.models import from_pretrained as model_from_pretrained
-from keras_transformer.models.base import FitMixin
+from keras_transformer.models.base import CompiledFunctions, FitMixin
 from keras_transformer.pretrained import checkpoint
 from keras_transformer.text import tokenizer_from_pretrained
+
+# The tasks' compiled text functions, per task until its variables change.
+_COMPILED = CompiledFunctions()
 
 
 class Task(FitMixin, keras.Model):
@@ -84,6 +87,26 @@ class Task(FitMixin, keras.Model):
         task of images), `config.json` and `path` (subclasses read
         more of `config`, or other files of the folder)."""
         return cls(model, tokenizer)
+
+    def quantize(self, mode=None, **kwargs):
+        """Quantizes the task's model: `self.model.quantize(mode)` (int8
+        weights; see `kt.models`). The tokenizer is left as it is, and the
+        task's methods then compute with the int8 weights, also those
+        called before.
+
+        Raises:
+            ValueError: as `model.quantize` does (an unsupported `mode`, a
+                model already quantized, or one with LoRA enabled).
+        """
+        self.model.quantize(mode, **kwargs)
+
+    def _compiled(self, key, build):
+        """The function `build()` makes, kept under `key`: built once, and
+        again after `quantize` or LoRA changed the model's variables."""
+        functions = _COMPILED.of(self)
+        if key not in functions:
+            functions[key] = build()
+        return functions[key]
 
     def save(self, path, overwrite=True):
         """Writes the task, its model and tokenizer(s) as one `.keras` file.

@@ -60,8 +60,6 @@ class FillMask(Task):
             tokenizer, model.backbone.vocabulary_size, "kt.tasks.FillMask"
         )
         self.sequence_length = model.backbone.max_sequence_length
-        self._pack_function = None
-        self._fill_function = None
 
     @property
     def mask_token(self):
@@ -168,7 +166,8 @@ class FillMask(Task):
 
     def _packer(self):
         """Strings `(B,)` -> packed inputs `(B, T)`, masks kept as `[MASK]`."""
-        if self._pack_function is None:
+
+        def build():
             tokenizer = savedmodel.without_sequence_length(self.tokenizer)
 
             @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
@@ -182,14 +181,16 @@ class FillMask(Task):
                     self.mask_id,
                 )
 
-            self._pack_function = pack
-        return self._pack_function
+            return pack
+
+        return self._compiled("pack", build)
 
     def _filler(self):
         """Packed inputs `(B, T)` and K -> probabilities and ids `(B, P, K)`
         of the likeliest tokens at each mask (padded with position 0 where a
         text has fewer masks)."""
-        if self._fill_function is None:
+
+        def build():
             specs = {
                 "token_ids": tf.TensorSpec([None, None], tf.int32),
                 "segment_ids": tf.TensorSpec([None, None], tf.int32),
@@ -209,5 +210,6 @@ class FillMask(Task):
                 probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
                 return tf.math.top_k(probabilities, top_k)
 
-            self._fill_function = fill
-        return self._fill_function
+            return fill
+
+        return self._compiled("fill", build)

@@ -71,7 +71,6 @@ class SentenceEncoder(Task):
         self.sequence_length = savedmodel.check_sequence_length(
             sequence_length, model.max_sequence_length, minimum=2
         )
-        self._encode_function = None
 
     @classmethod
     def _from_folder(cls, model, tokenizer, config, path):
@@ -195,7 +194,8 @@ class SentenceEncoder(Task):
 
     def _encoder(self):
         """Strings `(B,)` -> float32 embeddings `(B, D)`, compiled once."""
-        if self._encode_function is None:
+
+        def build():
             tokenizer = savedmodel.without_sequence_length(self.tokenizer)
             # Not an attribute: the backbone's weights are saved once.
             extractor = BERTFeatureExtractor(self.model)
@@ -209,8 +209,9 @@ class SentenceEncoder(Task):
                 outputs = extractor(packed, training=False)
                 return tf.cast(outputs[output], tf.float32)  # (B, D)
 
-            self._encode_function = encode
-        return self._encode_function
+            return encode
+
+        return self._compiled("encode", build)
 
 
 def normalized(embeddings):

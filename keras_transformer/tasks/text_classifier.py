@@ -78,7 +78,6 @@ class TextClassifier(Task):
         self.sequence_length = savedmodel.check_sequence_length(
             sequence_length, model.backbone.max_sequence_length, minimum=3
         )
-        self._classify_functions = {}
 
     @classmethod
     def _from_folder(cls, model, tokenizer, config, path):
@@ -261,7 +260,8 @@ class TextClassifier(Task):
     def _classify_function(self, num_segments):
         """Strings `(B,)` per segment -> float32 probabilities `(B, C)`,
         compiled once per number of segments."""
-        if num_segments not in self._classify_functions:
+
+        def build():
             tokenizer = savedmodel.without_sequence_length(self.tokenizer)
             specs = [tf.TensorSpec([None], tf.string)] * num_segments
 
@@ -273,5 +273,6 @@ class TextClassifier(Task):
                 logits = self.model(packed, training=False)  # (B, C)
                 return tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
 
-            self._classify_functions[num_segments] = classify
-        return self._classify_functions[num_segments]
+            return classify
+
+        return self._compiled(("classify", num_segments), build)

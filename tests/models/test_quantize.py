@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from keras_transformer.generation.stream import ChunkedDecoding
 from tests.helpers import run_export_test
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
@@ -177,3 +178,47 @@ def test_unsupported_quantization_is_refused(tmp_path):
     with pytest.raises(ValueError, match="quantized_mode='int8'"):
         kt.models.save_pretrained(model, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def _tiny_gpt2():
+    keras.utils.set_random_seed(0)
+    return kt.models.gpt2(
+        64, num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32, dropout=0.0
+    )
+
+
+def _adapt(model):
+    """LoRA on, with large adapter weights (so that it changes the tokens)."""
+    model.enable_lora(2, targets=("query", "value"))
+    rng = np.random.default_rng(1)
+    for variable in model.trainable_variables:
+        variable.assign(3 * rng.normal(size=variable.shape).astype("float32"))
+
+
+def _quantize(model):
+    """int8, with the scales moved (so that it changes the tokens)."""
+    model.quantize("int8")
+    for layer in model._flatten_layers():
+        for name in ("kernel_scale", "embeddings_scale"):
+            if hasattr(layer, name):
+                getattr(layer, name).assign(getattr(layer, name) * 0.2)
+
+
+@pytest.mark.parametrize("change", [_adapt, _quantize])
+def test_generate_after_lora_or_quantize_uses_the_new_weights(change):
+    """`generate` keeps compiled functions per model. `enable_lora` and
+    `quantize` add or replace variables, and a function compiled before them
+    kept reading the old ones: the adapter or the int8 weights were ignored."""
+    ids = np.array([[5, 6, 7, 8]], "int32")
+    model = _tiny_gpt2()
+    before = kt.generation.generate(model, ids, 8)
+    streamed_before = list(ChunkedDecoding(model, ids, 8, chunk_size=4))[-1]
+    change(model)
+    fresh = _tiny_gpt2()
+    change(fresh)
+    expected = kt.generation.generate(fresh, ids, 8)
+    assert not np.array_equal(expected, before)  # the change shows
+    np.testing.assert_array_equal(kt.generation.generate(model, ids, 8), expected)
+    streamed = list(ChunkedDecoding(model, ids, 8, chunk_size=4))[-1]
+    np.testing.assert_array_equal(streamed_before, before)
+    np.testing.assert_array_equal(streamed, expected)

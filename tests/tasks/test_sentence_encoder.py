@@ -172,3 +172,19 @@ def test_bad_input_is_refused_before_any_work(encoder):
     classifier = kt.models.bert_classifier(encoder.model, 2)
     with pytest.raises(ValueError, match="SentenceEncoder.*BERT.*'bert_classifier'"):
         make(classifier, encoder.tokenizer)
+
+
+def test_task_quantize_applies_to_functions_compiled_before():
+    """`task.quantize("int8")` quantizes the model, and `encode`, compiled
+    at its first call, computes with the int8 weights afterwards."""
+    task = kt.tasks.SentenceEncoder(make_backbone(), kt.text.WordPieceTokenizer(VOCAB))
+    fresh = kt.tasks.SentenceEncoder(make_backbone(), kt.text.WordPieceTokenizer(VOCAB))
+    before = task.encode(TEXTS)
+    task.quantize("int8")
+    fresh.model.quantize("int8")
+    assert task.model.quantized_mode == "int8"
+    after = task.encode(TEXTS)
+    assert not np.allclose(after, before, atol=1e-7)
+    np.testing.assert_allclose(after, fresh.encode(TEXTS), atol=1e-6)
+    with pytest.raises(ValueError, match="already quantized"):
+        task.quantize("int8")
