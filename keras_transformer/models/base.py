@@ -275,12 +275,9 @@ def preset_factory(model_class):
 # (which ones, not their values) with those the functions were traced on.
 
 
-def variables_signature(*models):
-    """Which variables `models` have: identity, dtype and shape of each."""
-    return tuple(
-        tuple((id(v), str(v.dtype), tuple(v.shape)) for v in model.weights)
-        for model in models
-    )
+def variables_signature(model):
+    """Which variables `model` has: identity, dtype and shape of each."""
+    return tuple((id(v), str(v.dtype), tuple(v.shape)) for v in model.weights)
 
 
 class CompiledFunctions:
