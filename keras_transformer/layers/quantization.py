@@ -18,6 +18,15 @@ copy of the whole kernel, four times the bytes, at every step. `.keras`
 files keep Keras' layout: the matrix is transposed back on saving and
 again on loading.
 
+An int8 projection may also have a scale per block of `block_size` input
+rows in each output column (`BlockConfig`, `kt.models`' `quantize(...,
+block_size=128)`, the default): `kernel_scale` is then `(out, blocks)`
+and the weight is `values / scale` of the
+value's block. One outlier weight then coarsens its block, not its whole
+column. The product multiplies the cast int8 values by their block's
+`1 / scale` before the dot product; XLA fuses both into it, so decoding
+still reads the int8 bytes (and the scales, 1/32 of them at 128).
+
 `SUPPORTED_MODES` are the quantization modes this holds for; a model
 refuses the others (`kt.models`' `quantize`).
 """
@@ -30,6 +39,60 @@ import numpy as np
 from keras import ops
 
 SUPPORTED_MODES = ("int8",)
+
+
+class BlockConfig(keras.quantizers.Int8QuantizationConfig):
+    """Keras' weight-only int8 config, with `block_size`: the input rows
+    that share a scale in each output column of our projections (None:
+    the whole column). Keras' own layers ignore it (a scale per column).
+
+    Example:
+        >>> from keras_transformer.layers.quantization import BlockConfig
+        >>> config = BlockConfig(block_size=64)
+        >>> config.mode, config.block_size, config.activation_quantizer
+        ('int8', 64, None)
+    """
+
+    def __init__(self, block_size=None):
+        if block_size is not None and (
+            isinstance(block_size, bool)
+            or not isinstance(block_size, int)
+            or block_size <= 0
+        ):
+            raise ValueError(
+                "`block_size` must be a positive integer or None. "
+                f"Received: block_size={block_size!r}"
+            )
+        super().__init__(activation_quantizer=None)
+        self.block_size = block_size
+
+    def get_config(self):
+        return {**super().get_config(), "block_size": self.block_size}
+
+
+def quantize_blocks(matrix, block_size):
+    """A float `(in, out)` matrix as int8 values `(out, in)` (transposed)
+    and scales `(out, blocks)`: `values / scale` of each value's block of
+    `block_size` rows (the last block may be shorter) is the weight,
+    rounded to the nearest of 255 levels spanning the block's largest
+    magnitude."""
+    rows, columns = matrix.shape
+    blocks = -(-rows // block_size)
+    padded = ops.pad(
+        ops.transpose(ops.cast(matrix, "float32")),
+        [[0, 0], [0, blocks * block_size - rows]],
+    )
+    padded = ops.reshape(padded, (columns, blocks, block_size))
+    largest = ops.max(ops.abs(padded), axis=-1)
+    scale = 127.0 / ops.where(largest > 0, largest, 1.0)
+    values = ops.clip(ops.round(padded * scale[..., None]), -127, 127)
+    values = ops.reshape(values, (columns, blocks * block_size))[:, :rows]
+    return ops.cast(values, "int8"), scale
+
+
+def block_scales(scale, rows, block_size):
+    """Scales `(out, blocks)` as `(out, rows)`: each row's block's."""
+    return ops.repeat(scale, block_size, axis=1)[:, :rows]
 
 
 def check_mode(layer):
@@ -46,13 +109,16 @@ def check_mode(layer):
 class Matrix(NamedTuple):
     """A kernel as a matrix (`kernel_matrix`): the weight is `values /
     scale` (`values` itself when `scale` is None), `values` being `(rows,
-    columns)`, or `(columns, rows)` when `transposed`; `lora` is `(A (rows,
-    r), B (r, columns), alpha / r)` or None, left out of `values`."""
+    columns)`, or `(columns, rows)` when `transposed`; `scale` is
+    `(columns,)`, or `(columns, blocks)` (transposed only) for a scale
+    per block of `block_size` rows; `lora` is `(A (rows, r), B (r,
+    columns), alpha / r)` or None, left out of `values`."""
 
     values: object
     scale: object
     lora: object
     transposed: bool = False
+    block_size: object = None
 
     @property
     def columns(self):
@@ -67,6 +133,9 @@ def kernel_matrix(layer, rows):
     if check_mode(layer) is None:
         kernel = layer.kernel if lora is None else layer._kernel
         return Matrix(ops.reshape(kernel, (rows, -1)), None, lora)
+    block_size = getattr(layer, "int8_block_size", None)
+    if block_size:
+        return Matrix(layer._kernel, layer.kernel_scale, lora, True, block_size)
     scale = ops.reshape(layer.kernel_scale, (-1,))
     if getattr(layer, "transposed_int8", False):
         return Matrix(layer._kernel, scale, lora, transposed=True)
@@ -98,8 +167,21 @@ def _product(x, matrix):
     """`x` `(N, rows)` times one `Matrix`'s weight (without LoRA)."""
     if matrix.transposed:  # a dot product per contiguous row
         values, x = _in_place(matrix.values, x)
-        y = ops.einsum("nr,cr->nc", x, ops.cast(values, x.dtype))
-        return y / ops.cast(matrix.scale, x.dtype)
+        weights = ops.cast(values, x.dtype)
+        if len(matrix.scale.shape) == 1:
+            y = ops.einsum("nr,cr->nc", x, weights)
+            return y / ops.cast(matrix.scale, x.dtype)
+        # A scale per block of rows: each column's largest scale divides
+        # the product, as above, and each block's ratio to it (<= 1)
+        # multiplies the cast values, in the product's loop. (Without
+        # that division XLA fuses the product with a bias added to it,
+        # and then writes the float weights out first: 4x the bytes.)
+        scale = ops.cast(matrix.scale, x.dtype)  # (columns, blocks)
+        column = ops.max(scale, axis=1)
+        ratios = block_scales(
+            column[:, None] / scale, weights.shape[1], matrix.block_size
+        )
+        return ops.einsum("nr,cr->nc", x, weights * ratios) / column
     y = ops.matmul(x, ops.cast(matrix.values, x.dtype))
     return y if matrix.scale is None else y / ops.cast(matrix.scale, x.dtype)
 
@@ -159,24 +241,45 @@ class Int8Matrix:
         rows = math.prod(shape[: self.contracted_axes])
         return rows, math.prod(shape) // rows
 
+    int8_block_size = None  # the rows sharing a scale (None: a column)
+
     def quantize(self, mode=None, type_check=True, config=None):
+        rows, columns = self.matrix_shape()
+        block_size = getattr(config, "block_size", None) if mode == "int8" else None
+        if block_size is not None and block_size >= rows:
+            block_size = None  # one block: a scale per column, as Keras'
+        weights = None if block_size is None else ops.convert_to_numpy(self._kernel)
         # Keras skips subclasses; these compute the same.
         super().quantize(mode, type_check=False, config=config)
-        if mode == "int8":
-            shape = tuple(self._kernel.shape)
-            values = ops.convert_to_numpy(self._kernel).reshape(self.matrix_shape())
-            self._tracker.unlock()
-            del self._kernel
-            self._kernel = self.add_weight(
-                name="kernel",
-                shape=values.shape[::-1],
-                initializer="zeros",
-                dtype="int8",
+        if mode != "int8":
+            return
+        shape = tuple(self._kernel.shape)
+        self._tracker.unlock()
+        if block_size is not None:
+            values, scale = quantize_blocks(weights.reshape(rows, columns), block_size)
+            del self.kernel_scale
+            self.kernel_scale = self.add_weight(
+                name="kernel_scale",
+                shape=tuple(scale.shape),
+                initializer="ones",
                 trainable=False,
             )
-            self._tracker.lock()
-            self._kernel.assign(np.ascontiguousarray(values.T))
-            self._float_kernel_shape = shape
+            self.kernel_scale.assign(scale)
+            self.int8_block_size = block_size
+        else:
+            values = ops.transpose(ops.reshape(self._kernel, (rows, columns)))
+        values = np.ascontiguousarray(ops.convert_to_numpy(values))
+        del self._kernel
+        self._kernel = self.add_weight(
+            name="kernel",
+            shape=values.shape,
+            initializer="zeros",
+            dtype="int8",
+            trainable=False,
+        )
+        self._tracker.lock()
+        self._kernel.assign(values)
+        self._float_kernel_shape = shape
 
     @property
     def kernel(self):
@@ -201,10 +304,19 @@ class Int8Matrix:
         )
         self.kernel_scale.assign(ops.reshape(scale, self.kernel_scale.shape))
 
+    def dequantized(self):
+        """The float `(in, out)` matrix that the int8 kernel stands for."""
+        rows, columns = self.matrix_shape()
+        values = ops.reshape(ops.cast(self.int8_values(), "float32"), (rows, columns))
+        if self.int8_block_size:
+            scale = block_scales(self.kernel_scale, rows, self.int8_block_size)
+            return values / ops.transpose(scale)
+        return values / ops.reshape(self.kernel_scale, (1, columns))
+
     def _get_kernel_with_merged_lora(self):
         """`(kernel, scale, None)` for saving, in Keras' layout, with a LoRA
         update merged: an int8 kernel is dequantized, merged and quantized
-        again per output column (Keras' own merge assumes its layout)."""
+        again with the same blocks (Keras' own merge assumes its layout)."""
         if self.quantization_mode != "int8" or not (
             self.lora_enabled or self.transposed_int8
         ):
@@ -212,16 +324,12 @@ class Int8Matrix:
         if not self.lora_enabled:
             return self.int8_values(), self.kernel_scale, None
         rows, columns = self.matrix_shape()
-        scale = ops.reshape(self.kernel_scale, (columns,))
-        weights = ops.reshape(ops.cast(self.int8_values(), "float32"), (rows, columns))
         update = ops.matmul(self.lora_kernel_a, self.lora_kernel_b)
-        merged = weights / scale + (self.lora_alpha / self.lora_rank) * update
-        largest = ops.max(ops.abs(merged), axis=0)
-        new_scale = 127.0 / ops.where(largest > 0, largest, 1.0)
-        values = ops.clip(ops.round(merged * new_scale), -127, 127)
+        merged = self.dequantized() + (self.lora_alpha / self.lora_rank) * update
+        values, scale = quantize_blocks(merged, self.int8_block_size or rows)
         return (
-            ops.reshape(ops.cast(values, "int8"), self.float_kernel_shape),
-            ops.reshape(new_scale, self.kernel_scale.shape),
+            ops.reshape(ops.transpose(values), self.float_kernel_shape),
+            ops.reshape(scale, self.kernel_scale.shape),
             None,
         )
 

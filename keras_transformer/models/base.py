@@ -203,9 +203,10 @@ class ModelMixin(LoRAMixin, QuantizeMixin, FitMixin):
     def from_config(cls, config):
         config = dict(config)
         mode = config.pop("quantization_mode", None)
+        block_size = config.pop("quantization_block_size", None)
         # Files saved before 0.2 have no policy: the global one, as then.
         with global_dtype_policy(config.pop("dtype_policy", None)):
-            return cls(**config)._requantize(mode)
+            return cls(**config)._requantize(mode, block_size)
 
     @classmethod
     def presets(cls):

@@ -48,11 +48,12 @@ class BERTHead(LoRAMixin, QuantizeMixin, FitMixin, keras.Model):
     def from_config(cls, config):
         config = dict(config)
         mode = config.pop("quantization_mode", None)
+        block_size = config.pop("quantization_block_size", None)
         with global_dtype_policy(config.pop("dtype_policy", None)):
             config["backbone"] = keras.saving.deserialize_keras_object(
                 config["backbone"]
             )
-            return cls(**config)._requantize(mode)
+            return cls(**config)._requantize(mode, block_size)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -7,19 +7,21 @@ output heads multiply by those kernels directly (`kt.layers.quantization`
 applies the scales there), so a model is quantized here, with a check of the
 mode first:
 
-- `"int8"`: weight-only int8 (`Int8QuantizationConfig(activation_quantizer=
-  None)`): one scale per output column of each projection and per row of
-  each embedding table; activations stay float.
+- `"int8"`: weight-only int8: activations stay float. Each projection has
+  a scale per block of `block_size` input rows (128 by default) in each
+  output column (`kt.layers.quantization.BlockConfig`; `block_size=None`:
+  one per column); each embedding table one per row. Keras' own `Dense`
+  layers in heads (a classifier, a pooler) keep Keras' scale per column.
 - anything else (`"int4"`, `"float8"`, `"gptq"`, `"awq"`, a custom
   `config`, `filters`) is refused with a ValueError; so is quantizing twice.
 
-The mode joins the model's config, so a `.keras` file of a quantized model
+The mode and block size join the model's config, so a `.keras` file of a quantized model
 rebuilds its layers quantized before the int8 weights are read.
 """
 
 import keras
 
-from keras_transformer.layers.quantization import SUPPORTED_MODES
+from keras_transformer.layers.quantization import SUPPORTED_MODES, BlockConfig
 
 QUANTIZED_LAYERS = (
     keras.layers.Dense,
@@ -28,9 +30,7 @@ QUANTIZED_LAYERS = (
 )
 
 
-def weight_only_config(mode):
-    """The Keras quantization config of `mode`: weights only."""
-    return keras.quantizers.Int8QuantizationConfig(activation_quantizer=None)
+DEFAULT_BLOCK_SIZE = 128
 
 
 class QuantizeMixin:
@@ -44,25 +44,37 @@ class QuantizeMixin:
         call is not quantized, its layers are.)"""
         return getattr(self, "_quantized_mode", None)
 
-    def quantize(self, mode=None, config=None, filters=None, **kwargs):
+    def quantize(
+        self,
+        mode=None,
+        config=None,
+        filters=None,
+        block_size=DEFAULT_BLOCK_SIZE,
+        **kwargs,
+    ):
         """Quantizes the weights of every projection and embedding table.
 
         Args:
-            mode: `"int8"` (weights stored as int8 with a float scale per
-                output column; activations stay float). Other Keras modes
-                are refused.
+            mode: `"int8"` (weights stored as int8 with float scales;
+                activations stay float). Other Keras modes are refused.
             config: a Keras quantization config: only its mode is used
                 (the weights are quantized as above).
             filters: not supported (must be None): every projection and
                 embedding is quantized, none is left float.
+            block_size: the input rows that share a scale in each output
+                column of a projection (a projection with fewer rows has
+                one scale per column), or None for one scale per column.
+                Smaller blocks follow outlying weights more closely; the
+                scales take `4 / block_size` bytes per weight.
             **kwargs: Keras' `type_check`.
 
         Raises:
-            ValueError: naming an unsupported `mode`, `config` or `filters`,
-                or a model that is already quantized.
+            ValueError: naming an unsupported `mode`, `config`, `filters`
+                or `block_size`, or a model that is already quantized.
         """
         # Keras' wrapper has made `config` of `mode` (or `mode` of `config`).
         mode = getattr(config, "mode", mode)
+        block_config = BlockConfig(block_size)  # checks `block_size`
         if mode not in SUPPORTED_MODES:
             raise ValueError(
                 f"`mode` must be one of {SUPPORTED_MODES} for a "
@@ -83,13 +95,13 @@ class QuantizeMixin:
                 f"This {type(self).__name__} is already quantized "
                 f"({self.quantized_mode!r}). Received: mode={mode!r}"
             )
-        self._quantize_layers(mode, **kwargs)
+        self._quantize_layers(mode, block_config, **kwargs)
 
-    def _quantize_layers(self, mode, **kwargs):
+    def _quantize_layers(self, mode, config, **kwargs):
         """Quantizes the float layers (a head's backbone may already be)."""
         super().quantize(
             mode,
-            config=weight_only_config(mode),
+            config=config,
             filters=lambda layer: (
                 isinstance(layer, QUANTIZED_LAYERS)
                 and getattr(layer, "quantization_mode", None) is None
@@ -97,18 +109,25 @@ class QuantizeMixin:
             **kwargs,
         )
         self._quantized_mode = mode
+        self._quantization_block_size = config.block_size
         backbone = getattr(self, "backbone", None)
         if isinstance(backbone, QuantizeMixin):
             backbone._quantized_mode = mode
+            backbone._quantization_block_size = config.block_size
 
     def _quantization_config(self):
-        """The config entry of the mode (empty when float)."""
+        """The config entries of the mode and block size (none when
+        float)."""
         mode = self.quantized_mode
-        return {} if mode is None else {"quantization_mode": mode}
+        if mode is None:
+            return {}
+        block_size = getattr(self, "_quantization_block_size", None)
+        return {"quantization_mode": mode, "quantization_block_size": block_size}
 
-    def _requantize(self, mode):
+    def _requantize(self, mode, block_size=None):
         """After `from_config`: the layers quantized again (before the int8
-        weights are loaded into them)."""
+        weights are loaded into them). A file saved before blocks has no
+        block size: a scale per column, as it was quantized."""
         if mode is not None and self.quantized_mode is None:
-            self._quantize_layers(mode)
+            self._quantize_layers(mode, BlockConfig(block_size))
         return self

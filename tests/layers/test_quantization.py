@@ -11,11 +11,11 @@ import tensorflow as tf
 
 from keras_transformer.layers import quantization
 from keras_transformer.layers.lora import Projection
-from keras_transformer.models.quantize import weight_only_config
 
 
-def _dense_pair(seed=0):
-    """Our `Dense` and Keras' with the same float weights, both int8."""
+def _dense_pair(seed=0, block_size=None):
+    """Our `Dense` and Keras' with the same float weights, both int8 (ours
+    with a scale per block of `block_size` rows, if given)."""
     ours, theirs = quantization.Dense(40), keras.layers.Dense(40)
     for layer in (ours, theirs):
         layer.build((None, 24))
@@ -24,8 +24,67 @@ def _dense_pair(seed=0):
     bias = rng.normal(size=(40,)).astype("float32")
     for layer in (ours, theirs):
         layer.set_weights([kernel, bias])
-        layer.quantize("int8", config=weight_only_config("int8"))
+    ours.quantize("int8", config=quantization.BlockConfig(block_size))
+    theirs.quantize("int8", config=quantization.BlockConfig())
     return ours, theirs
+
+
+def _blocks_reference(kernel, block_size):
+    """The weights that int8 values with a scale per block of `block_size`
+    rows of each column stand for (numpy, block by block)."""
+    weights = np.empty_like(kernel)
+    for start in range(0, kernel.shape[0], block_size):
+        block = kernel[start : start + block_size]
+        largest = np.abs(block).max(axis=0)
+        scale = 127 / np.where(largest > 0, largest, 1)
+        values = np.clip(np.round(block * scale), -127, 127)
+        weights[start : start + block_size] = values / scale
+    return weights
+
+
+@pytest.mark.parametrize("block_size", [8, 10])  # 24 rows: 8+8+8, 10+10+4
+def test_int8_blocks_compute_with_their_own_scales(block_size, tmp_path):
+    """A scale per block of rows: the outputs are those of the weights each
+    block's scale gives, eager and compiled, and an outlying weight
+    coarsens only its own block (one scale per column: the whole column)."""
+    rng = np.random.default_rng(4)
+    kernel = rng.normal(size=(24, 40)).astype("float32")
+    kernel[3] *= 30.0  # an outlying row, in the first block
+    bias = rng.normal(size=(40,)).astype("float32")
+    layer = quantization.Dense(40)
+    layer.build((None, 24))
+    layer.set_weights([kernel, bias])
+    layer.quantize("int8", config=quantization.BlockConfig(block_size))
+    assert layer.int8_block_size == block_size
+    assert tuple(layer._kernel.shape) == (40, 24)
+    assert tuple(layer.kernel_scale.shape) == (40, 3)
+    weights = _blocks_reference(kernel, block_size)
+    np.testing.assert_allclose(layer.dequantized(), weights, rtol=1e-6, atol=1e-6)
+    x = rng.normal(size=(2, 3, 24)).astype("float32")
+    expected = x @ weights + bias
+    np.testing.assert_allclose(layer(x), expected, rtol=1e-5, atol=1e-4)
+    compiled = tf.function(layer, jit_compile=True)
+    np.testing.assert_allclose(compiled(x[:1, :1]), expected[:1, :1], atol=1e-4)
+    outside = slice(block_size, 24)
+    per_column = _blocks_reference(kernel, 24)
+    block_error = np.abs(weights - kernel)[outside].max()
+    assert block_error < 0.1 * np.abs(per_column - kernel)[outside].max()
+
+    store = {}
+    layer.save_own_variables(store)
+    assert np.asarray(store["0"]).shape == (24, 40)  # Keras' layout
+    assert np.asarray(store["2"]).shape == (40, 3)  # kernel, bias, scale
+    fresh = quantization.Dense(40)
+    fresh.build((None, 24))
+    fresh.quantize("int8", config=quantization.BlockConfig(block_size))
+    fresh.load_own_variables(store)
+    np.testing.assert_array_equal(fresh(x), layer(x))
+
+
+def test_block_config_refuses_bad_sizes():
+    for bad in [0, -8, 2.5, "128", True]:
+        with pytest.raises(ValueError, match=f"block_size={bad!r}"):
+            quantization.BlockConfig(bad)
 
 
 def test_dense_int8_is_kerass_values_held_transposed():
@@ -63,7 +122,7 @@ def test_projection_int8_matches_its_float_kernel_through_einsum():
     layer.set_weights([kernel, rng.normal(size=6).astype("float32")])
     x = rng.normal(size=(2, 3, 2, 4)).astype("float32")
     float_outputs = np.asarray(layer(x))
-    layer.quantize("int8", config=weight_only_config("int8"))
+    layer.quantize("int8", config=quantization.BlockConfig())
     assert tuple(layer._kernel.shape) == (6, 8)
     assert tuple(layer.kernel.shape) == (2, 4, 6)
     dequantized = np.asarray(layer.kernel, "float32") / np.asarray(layer.kernel_scale)
@@ -75,21 +134,21 @@ def test_projection_int8_matches_its_float_kernel_through_einsum():
     assert np.asarray(store["0"]).shape == (2, 4, 6)
 
 
-@pytest.mark.parametrize("tied", [False, True])
-def test_a_compiled_loop_reads_int8_kernels_in_place(tied):
+@pytest.mark.parametrize("kind", ["dense", "tied", "blocks"])
+def test_a_compiled_loop_reads_int8_kernels_in_place(kind):
     """XLA hoists loop invariants: the cast of a weight read in a loop would
     become a float32 copy carried by the loop (four times the bytes read
     per step). The loop must carry no float32 matrix of the kernel's shape."""
-    if tied:
+    if kind == "tied":
         layer = quantization.TiedEmbedding(40, 24)
         layer.build((None,))
-        layer.quantize("int8", config=weight_only_config("int8"))
+        layer.quantize("int8", config=quantization.BlockConfig())
 
         def step(x):
             return x + 1e-3 * layer(x, reverse=True)[:, :24]
 
     else:
-        layer, _ = _dense_pair()
+        layer, _ = _dense_pair(block_size=8 if kind == "blocks" else None)
 
         def step(x):
             return x + 1e-3 * layer(x)[:, :24]
@@ -137,23 +196,23 @@ def _dot_operand_kinds(body):
     return kinds
 
 
-@pytest.mark.parametrize("tied", [False, True])
-def test_an_int8_product_computes_its_input_once(tied):
+@pytest.mark.parametrize("kind", ["dense", "tied", "blocks"])
+def test_an_int8_product_computes_its_input_once(kind):
     """XLA on the CPU fuses a matrix-vector product and its int8 cast into
     one loop over the output rows. The work that makes the vector (here
     `x * x + 1`, in a model a layer norm or a GELU) must stay outside that
     loop, or it is redone for every output row: the product reads the
     vector from memory."""
-    if tied:
+    if kind == "tied":
         layer = quantization.TiedEmbedding(40, 24)
         layer.build((None,))
-        layer.quantize("int8", config=weight_only_config("int8"))
+        layer.quantize("int8", config=quantization.BlockConfig())
 
         def product(x):
             return layer(x, reverse=True)
 
     else:
-        layer, _ = _dense_pair()
+        layer, _ = _dense_pair(block_size=8 if kind == "blocks" else None)
         product = layer
 
     @tf.function(jit_compile=True)

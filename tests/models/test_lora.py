@@ -142,13 +142,15 @@ def test_fine_tuning_lowers_the_loss_and_keeps_the_base(tmp_path):
     fresh.quantize("int8")
 
 
-def test_lora_on_an_int8_base_trains_saves_and_merges(tmp_path):
+@pytest.mark.parametrize("block_size", [None, 8])
+def test_lora_on_an_int8_base_trains_saves_and_merges(tmp_path, block_size):
     """QLoRA: the int8 base stays frozen and int8, the float updates train
     beside it (query, value: our fused products; the feed-forward output:
-    Keras' own int8 Dense), and the adapter, `.keras` file and merge give
-    the trained model's outputs (to int8 rounding once merged)."""
+    our int8 Dense), and the adapter, `.keras` file and merge give the
+    trained model's outputs (to int8 rounding once merged), with a scale
+    per column or per block of 8 rows (2 or 4 blocks here)."""
     model = make("gpt2")
-    model.quantize("int8")
+    model.quantize("int8", block_size=block_size)
     x, y = cycle_batches()
     before = np.asarray(model(x[:2]))
     base = {v.path: np.asarray(v) for v in model.variables}
@@ -175,7 +177,7 @@ def test_lora_on_an_int8_base_trains_saves_and_merges(tmp_path):
 
     path = model.save_lora(tmp_path / "adapter.safetensors")
     fresh = make("gpt2")
-    fresh.quantize("int8")
+    fresh.quantize("int8", block_size=block_size)
     fresh.load_lora(path)
     np.testing.assert_array_equal(np.asarray(fresh(x[:2])), logits)
     # Merging (and a .keras file, which holds merged weights) quantizes the

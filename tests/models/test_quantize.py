@@ -71,10 +71,15 @@ def dequantize_into(quantized, model):
             target.embeddings.assign(np.asarray(values) / np.asarray(scale)[:, None])
             continue
         values = np.asarray(source.kernel, "float32")
-        scale = np.asarray(source.kernel_scale).reshape(-1)  # per output column
-        target.kernel.assign(
-            (values.reshape(-1, scale.size) / scale).reshape(values.shape)
-        )
+        scale = np.asarray(source.kernel_scale)
+        if getattr(source, "int8_block_size", None):  # (columns, blocks)
+            rows, columns = source.matrix_shape()
+            scale = np.repeat(scale, source.int8_block_size, axis=1)[:, :rows].T
+            weights = values.reshape(rows, columns) / scale
+        else:  # a scale per output column
+            scale = scale.reshape(-1)
+            weights = values.reshape(-1, scale.size) / scale
+        target.kernel.assign(weights.reshape(values.shape))
 
 
 # The largest |quantized - float| output over the largest |float| output:
@@ -110,6 +115,34 @@ def test_quantized_outputs_are_the_dequantized_weights_outputs(name):
         np.testing.assert_allclose(got[key], dequantized[key], atol=2e-5 * scale)
         error = np.abs(got[key] - value).max()
         assert 0 < error <= MEASURED[name] * scale, (key, error / scale)
+
+
+def test_int8_blocks_are_exact_reload_and_decode(tmp_path):
+    """`quantize("int8", block_size=8)`: the fixture's 15 projections (7 a
+    layer and the output head) have 32 to 64 rows, 4 to 8 blocks of 8. Outputs are those of the
+    weights each block's scale gives; the `.keras` file rebuilds the blocks
+    and reloads the same outputs; cached decoding equals uncached."""
+    model = kt.models.from_pretrained(os.path.join(HF, "llama_tiny"))
+    inputs = example_inputs(model)
+    model.quantize("int8", block_size=8)
+    blocked = [
+        la for la in model._flatten_layers() if getattr(la, "int8_block_size", 0)
+    ]
+    assert len(blocked) == 15 and all(la.int8_block_size == 8 for la in blocked)
+    got = outputs(model, inputs)["logits"]
+    reference = kt.models.from_pretrained(os.path.join(HF, "llama_tiny"))
+    dequantize_into(model, reference)
+    expected = outputs(reference, inputs)["logits"]
+    np.testing.assert_allclose(got, expected, atol=2e-5 * np.abs(expected).max())
+    path = tmp_path / "blocks.keras"
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    assert loaded.get_config()["quantization_block_size"] == 8
+    np.testing.assert_array_equal(outputs(loaded, inputs)["logits"], got)
+    ids = inputs[:1, :4]
+    cached = kt.generation.generate(loaded, ids, 5)
+    uncached = kt.generation.generate(loaded, ids, 5, use_cache=False)
+    np.testing.assert_array_equal(cached, uncached)
 
 
 def test_quantized_keras_file_and_export_serve_the_same_tokens(tmp_path):
@@ -168,6 +201,9 @@ def test_unsupported_quantization_is_refused(tmp_path):
             model.quantize(mode)
     with pytest.raises(ValueError, match="filters"):
         model.quantize("int8", filters="query")
+    for block_size in [0, -4, 8.0, "128"]:
+        with pytest.raises(ValueError, match=f"block_size={block_size!r}"):
+            model.quantize("int8", block_size=block_size)
     assert all(
         np.array_equal(np.asarray(w), b)
         for w, b in zip(model.weights, before, strict=True)
