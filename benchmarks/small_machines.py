@@ -334,8 +334,13 @@ def main():
             f"({q['int8'] / q['float32'] - 1:+.2%})"
         )
         for block_size, m in (q["minilm"] or {}).items():
+            scales = (
+                "a scale per column"
+                if block_size == "None"
+                else (f"blocks of {block_size} rows")
+            )
             print(
-                f"all-MiniLM-L6-v2 int8, blocks of {block_size} rows: largest"
+                f"all-MiniLM-L6-v2 int8, {scales}: largest"
                 f" error {m['max']:.2%} of the largest value, RMS {m['rms']:.2%},"
                 f" smallest cosine {m['cosine']:.5f}"
             )
