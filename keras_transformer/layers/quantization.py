@@ -24,14 +24,17 @@ block_size=128)`, the default): `kernel_scale` is then `(out, blocks)`
 and the weight is `values / scale` of the
 value's block. One outlier weight then coarsens its block, not its whole
 column. The product multiplies the cast int8 values by their block's
-`1 / scale` before the dot product; XLA fuses both into it, so decoding
-still reads the int8 bytes (and the scales, 1/32 of them at 128).
+ratio to the column's smallest scale (at most 1) and divides the dot
+product by that smallest scale; XLA fuses the multiply into the product,
+so decoding still reads the int8 bytes (and the scales, 1/32 of them at
+128).
 
 `SUPPORTED_MODES` are the quantization modes this holds for; a model
 refuses the others (`kt.models`' `quantize`).
 """
 
 import math
+import numbers
 from typing import NamedTuple
 
 import keras
@@ -41,6 +44,7 @@ from keras import ops
 SUPPORTED_MODES = ("int8",)
 
 
+@keras.saving.register_keras_serializable(package="keras_transformer")
 class BlockConfig(keras.quantizers.Int8QuantizationConfig):
     """Keras' weight-only int8 config, with `block_size`: the input rows
     that share a scale in each output column of our projections (None:
@@ -56,7 +60,7 @@ class BlockConfig(keras.quantizers.Int8QuantizationConfig):
     def __init__(self, block_size=None):
         if block_size is not None and (
             isinstance(block_size, bool)
-            or not isinstance(block_size, int)
+            or not isinstance(block_size, numbers.Integral)
             or block_size <= 0
         ):
             raise ValueError(
@@ -64,10 +68,14 @@ class BlockConfig(keras.quantizers.Int8QuantizationConfig):
                 f"Received: block_size={block_size!r}"
             )
         super().__init__(activation_quantizer=None)
-        self.block_size = block_size
+        self.block_size = None if block_size is None else int(block_size)
 
     def get_config(self):
-        return {**super().get_config(), "block_size": self.block_size}
+        return {"block_size": self.block_size}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config.get("block_size"))
 
 
 def quantize_blocks(matrix, block_size):
@@ -171,17 +179,19 @@ def _product(x, matrix):
         if len(matrix.scale.shape) == 1:
             y = ops.einsum("nr,cr->nc", x, weights)
             return y / ops.cast(matrix.scale, x.dtype)
-        # A scale per block of rows: each column's largest scale divides
-        # the product, as above, and each block's ratio to it (<= 1)
-        # multiplies the cast values, in the product's loop. (Without
-        # that division XLA fuses the product with a bias added to it,
-        # and then writes the float weights out first: 4x the bytes.)
-        scale = ops.cast(matrix.scale, x.dtype)  # (columns, blocks)
-        column = ops.max(scale, axis=1)
+        # A scale per block of rows: each column's smallest scale (its
+        # scale per column) divides the product, as above, and each
+        # block's ratio to it (<= 1, computed in float32) multiplies the
+        # cast values, in the product's loop. (Without that division XLA
+        # fuses the product with a bias added to it, and then writes the
+        # float weights out first: 4x the bytes.)
+        scale = ops.cast(matrix.scale, "float32")  # (columns, blocks)
+        column = ops.min(scale, axis=1)
         ratios = block_scales(
             column[:, None] / scale, weights.shape[1], matrix.block_size
         )
-        return ops.einsum("nr,cr->nc", x, weights * ratios) / column
+        y = ops.einsum("nr,cr->nc", x, weights * ops.cast(ratios, x.dtype))
+        return y / ops.cast(column, x.dtype)
     y = ops.matmul(x, ops.cast(matrix.values, x.dtype))
     return y if matrix.scale is None else y / ops.cast(matrix.scale, x.dtype)
 
@@ -262,6 +272,7 @@ class Int8Matrix:
                 name="kernel_scale",
                 shape=tuple(scale.shape),
                 initializer="ones",
+                dtype="float32",
                 trainable=False,
             )
             self.kernel_scale.assign(scale)

@@ -57,12 +57,14 @@ class QuantizeMixin:
         Args:
             mode: `"int8"` (weights stored as int8 with float scales;
                 activations stay float). Other Keras modes are refused.
-            config: a Keras quantization config: only its mode is used
-                (the weights are quantized as above).
+            config: a Keras quantization config: its mode is used, and a
+                `kt.layers.quantization.BlockConfig`'s block size in place
+                of `block_size` (the weights are quantized as above,
+                whatever quantizers a config names).
             filters: not supported (must be None): every projection and
                 embedding is quantized, none is left float.
             block_size: the input rows that share a scale in each output
-                column of a projection (a projection with fewer rows has
+                column of a projection (a projection with no more rows has
                 one scale per column), or None for one scale per column.
                 Smaller blocks follow outlying weights more closely; the
                 scales take `4 / block_size` bytes per weight.
@@ -74,6 +76,8 @@ class QuantizeMixin:
         """
         # Keras' wrapper has made `config` of `mode` (or `mode` of `config`).
         mode = getattr(config, "mode", mode)
+        if isinstance(config, BlockConfig):
+            block_size = config.block_size
         block_config = BlockConfig(block_size)  # checks `block_size`
         if mode not in SUPPORTED_MODES:
             raise ValueError(
@@ -111,17 +115,21 @@ class QuantizeMixin:
         self._quantized_mode = mode
         self._quantization_block_size = config.block_size
         backbone = getattr(self, "backbone", None)
-        if isinstance(backbone, QuantizeMixin):
+        if isinstance(backbone, QuantizeMixin) and backbone.quantized_mode is None:
+            # (A backbone quantized before keeps its own block size.)
             backbone._quantized_mode = mode
             backbone._quantization_block_size = config.block_size
 
     def _quantization_config(self):
         """The config entries of the mode and block size (none when
-        float)."""
+        float; no block size with a scale per column, as before blocks, so
+        adapters saved then still match the model's config)."""
         mode = self.quantized_mode
         if mode is None:
             return {}
         block_size = getattr(self, "_quantization_block_size", None)
+        if block_size is None:
+            return {"quantization_mode": mode}
         return {"quantization_mode": mode, "quantization_block_size": block_size}
 
     def _requantize(self, mode, block_size=None):

@@ -81,10 +81,15 @@ def test_int8_blocks_compute_with_their_own_scales(block_size, tmp_path):
     np.testing.assert_array_equal(fresh(x), layer(x))
 
 
-def test_block_config_refuses_bad_sizes():
+def test_block_config_refuses_bad_sizes_and_round_trips():
     for bad in [0, -8, 2.5, "128", True]:
         with pytest.raises(ValueError, match=f"block_size={bad!r}"):
             quantization.BlockConfig(bad)
+    assert quantization.BlockConfig(np.int64(64)).block_size == 64
+    config = keras.saving.serialize_keras_object(quantization.BlockConfig(32))
+    restored = keras.saving.deserialize_keras_object(config)
+    assert isinstance(restored, quantization.BlockConfig)
+    assert (restored.block_size, restored.activation_quantizer) == (32, None)
 
 
 def test_dense_int8_is_kerass_values_held_transposed():

@@ -151,6 +151,10 @@ def test_lora_on_an_int8_base_trains_saves_and_merges(tmp_path, block_size):
     per column or per block of 8 rows (2 or 4 blocks here)."""
     model = make("gpt2")
     model.quantize("int8", block_size=block_size)
+    blocked = [
+        la for la in model._flatten_layers() if getattr(la, "int8_block_size", 0)
+    ]
+    assert len(blocked) == (12 if block_size else 0)  # 6 a layer, 2 layers
     x, y = cycle_batches()
     before = np.asarray(model(x[:2]))
     base = {v.path: np.asarray(v) for v in model.variables}

@@ -118,13 +118,15 @@ def test_quantized_outputs_are_the_dequantized_weights_outputs(name):
 
 
 def test_int8_blocks_are_exact_reload_and_decode(tmp_path):
-    """`quantize("int8", block_size=8)`: the fixture's 15 projections (7 a
-    layer and the output head) have 32 to 64 rows, 4 to 8 blocks of 8. Outputs are those of the
-    weights each block's scale gives; the `.keras` file rebuilds the blocks
-    and reloads the same outputs; cached decoding equals uncached."""
+    """int8 with blocks of 8 rows: the fixture's 15 projections (7 a
+    layer and the output head) have 32 to 64 rows, 4 to 8 blocks of 8.
+    Outputs are those of the weights each block's scale gives; the `.keras`
+    file rebuilds the blocks and reloads the same outputs; cached decoding
+    equals uncached."""
     model = kt.models.from_pretrained(os.path.join(HF, "llama_tiny"))
     inputs = example_inputs(model)
-    model.quantize("int8", block_size=8)
+    # A BlockConfig's size is used in place of `block_size`.
+    model.quantize(config=kt.layers.quantization.BlockConfig(8))
     blocked = [
         la for la in model._flatten_layers() if getattr(la, "int8_block_size", 0)
     ]
@@ -181,10 +183,18 @@ def test_quantized_keras_file_and_export_serve_the_same_tokens(tmp_path):
     assert [t.decode() for t in out["generated_text"]] == expected
 
 
-def test_quantized_head_reloads_with_its_backbone(tmp_path):
+@pytest.mark.parametrize("backbone_first", [False, True])
+def test_quantized_head_reloads_with_its_backbone(tmp_path, backbone_first):
+    """With `backbone_first`, the backbone is quantized first with blocks of
+    8 rows (2 per column here), then the head with the default: the
+    backbone keeps its own blocks, in memory and in the file."""
     model = kt.models.from_pretrained(os.path.join(HF, "bert_tiny_classifier"))
+    if backbone_first:
+        model.backbone.quantize("int8", block_size=8)
     model.quantize("int8")
     assert model.backbone.quantized_mode == "int8"
+    block_size = 8 if backbone_first else 128  # 128: the default
+    assert model.backbone.get_config().get("quantization_block_size") == block_size
     path = tmp_path / "classifier.keras"
     model.save(path)
     loaded = keras.saving.load_model(path)
