@@ -12,8 +12,8 @@ Layout of a run directory:
 
 Under a multi-worker strategy the directory is worker 0's: every worker
 restores from it, and only worker 0 writes it. The other workers still save
-whenever worker 0 does (a save can need every worker, as Keras documents for its checkpoints), into
-a temporary folder that is deleted once written.
+whenever worker 0 does (a save can need every worker), into a temporary
+folder that is deleted once written.
 """
 
 import contextlib
