@@ -137,7 +137,8 @@ class BytePairTokenizer(ChatTemplateMixin, Tokenizer):
 
     Args:
         vocabulary: a dict token -> id (ids 0..N-1), or the path of a GPT-2
-            `vocab.json`. It must hold the 256 single-byte tokens.
+            `vocab.json`. Bytes it has no single-byte token for are
+            dropped from the text, as Hugging Face's tokenizers drop them.
         merges: a list of `"left right"` strings (rank order), or the path
             of a `merges.txt`.
         sequence_length: if set, outputs are padded with 0 or truncated to
@@ -222,15 +223,11 @@ class BytePairTokenizer(ChatTemplateMixin, Tokenizer):
         self._set_vocabulary([checks.PAD, *tokens])  # our id = their id + 1
         self._merges = [" ".join(pair) for pair in pairs]
         to_byte = {c: b for b, c in bytes_to_unicode().items()}
-        byte_ids = []
-        for byte, character in bytes_to_unicode().items():
-            if character not in self._token_to_id:
-                raise ValueError(
-                    f"`vocabulary` must have the 256 byte tokens; byte {byte} "
-                    f"({character!r}) is missing. Received: vocabulary="
-                    f"{checks.preview(tokens)}"
-                )
-            byte_ids.append(self._token_to_id[character])
+        # A byte the vocabulary lacks (real vocabularies trained without the
+        # whole byte alphabet lack some, SmolLM2's 21) has id 0: it is
+        # dropped before merging, as Hugging Face's BPE without an unknown
+        # token drops a character it has no token for.
+        byte_ids = [self._token_to_id.get(c, 0) for c in bytes_to_unicode().values()]
         # A token's bytes; a token that is not byte-level text (an added
         # special token) stands for its own UTF-8 text.
         token_bytes = [b""] + [
@@ -332,6 +329,9 @@ class BytePairTokenizer(ChatTemplateMixin, Tokenizer):
         values = tf.gather(self._byte_ids, tf.cast(data, tf.int32))  # (N,)
         byte_rows = tf.repeat(tf.range(tf.size(words)), lengths)  # (N,)
         offsets = tf.range(tf.size(values))
+        final = tf.zeros_like(values)  # (N,) by byte offset
+        known = values > 0  # bytes the vocabulary lacks are dropped
+        values, rows, offsets = values[known], byte_rows[known], offsets[known]
 
         def body(values, rows, offsets, final):
             # The rank of each adjacent pair within a word, or _NO_RANK.
@@ -368,7 +368,7 @@ class BytePairTokenizer(ChatTemplateMixin, Tokenizer):
         *_, final = tf.while_loop(
             cond,
             body,
-            (values, byte_rows, offsets, tf.zeros_like(values)),
+            (values, rows, offsets, final),
             shape_invariants=(unknown, unknown, unknown, unknown),
         )
         kept = final > 0  # token ids are >= 1; 0 marks a merged-away byte
