@@ -25,6 +25,9 @@ from keras_transformer.text.wordpiece import WordPieceTokenizer
 # What the registry dispatches on.
 MODEL_TYPES = ("bert",)
 CLASSES = (BERT, BERTMaskedLM, BERTClassifier)
+# The architecture of a config whose `architectures` is null or missing
+# (as transformers resolves it, by `model_type`).
+DEFAULT_ARCHITECTURES = {"bert": "BertModel"}
 
 # Hugging Face config values our BERT computes exactly.
 SUPPORTED = {

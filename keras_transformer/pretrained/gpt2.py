@@ -30,6 +30,9 @@ from keras_transformer.text.bpe import BytePairTokenizer
 # What the registry dispatches on.
 MODEL_TYPES = ("gpt2",)
 CLASSES = (GPT2,)
+# The architecture of a config whose `architectures` is null or missing
+# (as transformers resolves it, by `model_type`).
+DEFAULT_ARCHITECTURES = {"gpt2": "GPT2LMHeadModel"}
 
 ACTIVATIONS = {
     "gelu_new": "gelu_approximate",

@@ -43,6 +43,9 @@ ARCHITECTURES = {
     "qwen2": ("Qwen2ForCausalLM",),
 }
 NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
+# The architecture of a config whose `architectures` is null or missing
+# (as transformers resolves it, by `model_type`).
+DEFAULT_ARCHITECTURES = {t: names[0] for t, names in ARCHITECTURES.items()}
 # transformers' defaults for keys a config.json may lack, per family.
 DEFAULTS = {
     "llama": dict(max_position_embeddings=2048, sliding_window=None),

@@ -2,7 +2,8 @@
 loads it, model class -> the module that saves it.
 
 A family module exposes `MODEL_TYPES` (the config `model_type`s it reads),
-`CLASSES` (our model classes it writes), `load(path)` (with a `dtype`
+`CLASSES` (our model classes it writes), `DEFAULT_ARCHITECTURES`
+(`model_type` -> the architecture of a config without one), `load(path)` (with a `dtype`
 argument where `DTYPES` lists the dtypes it loads in) and
 `save(model, path, tokenizer)`. Registering one is adding it to `FAMILIES`.
 """
@@ -14,6 +15,20 @@ LOADERS = {
     model_type: family.load for family in FAMILIES for model_type in family.MODEL_TYPES
 }
 SAVERS = {cls: family.save for family in FAMILIES for cls in family.CLASSES}
+DEFAULT_ARCHITECTURES = {
+    model_type: architecture
+    for family in FAMILIES
+    for model_type, architecture in family.DEFAULT_ARCHITECTURES.items()
+}
+
+
+def architecture(config):
+    """The config's first `architectures` entry; where it is null, empty
+    or missing (as `config.save_pretrained` writes after some conversions),
+    its `model_type`'s usual one, as transformers resolves it."""
+    return (config.get("architectures") or [None])[0] or DEFAULT_ARCHITECTURES.get(
+        config.get("model_type")
+    )
 
 
 def loader(model_type, path):

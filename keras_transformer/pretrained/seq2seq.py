@@ -48,6 +48,9 @@ from keras_transformer.pretrained.seq2seq_families import (
 # What the registry dispatches on.
 MODEL_TYPES = tuple(FAMILIES)
 CLASSES = (Seq2Seq,)
+# The architecture of a config whose `architectures` is null or missing
+# (as transformers resolves it, by `model_type`).
+DEFAULT_ARCHITECTURES = {t: f.architecture for t, f in FAMILIES.items()}
 # Options every Marian and BART layout shares: (value on loading, the
 # values saving accepts); decoder_start_token_id must be set.
 COMMON = {

@@ -30,6 +30,9 @@ from keras_transformer.pretrained import checkpoint
 MODEL_TYPES = ("vit",)
 CLASSES = (ViT,)
 ARCHITECTURES = ("ViTForImageClassification",)
+# The architecture of a config whose `architectures` is null or missing
+# (as transformers resolves it, by `model_type`).
+DEFAULT_ARCHITECTURES = {"vit": ARCHITECTURES[0]}
 # Hugging Face config values we compute exactly: key -> the allowed values.
 # Without query/key/value biases (`qkv_bias: false`) ours stay zeros.
 SUPPORTED = {"hidden_act": ("gelu",), "qkv_bias": (True, False)}

@@ -21,7 +21,7 @@ from keras_transformer import _validation as validation
 from keras_transformer.export import savedmodel
 from keras_transformer.models import from_pretrained as model_from_pretrained
 from keras_transformer.models.base import CompiledFunctions, FitMixin
-from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained import checkpoint, registry
 from keras_transformer.text import tokenizer_from_pretrained
 
 # The tasks' compiled text functions, per task until its variables change.
@@ -171,8 +171,8 @@ def check_keras_path(path):
 
 def check_architecture(task_class, config, path):
     """Raises a ValueError unless the folder's first `architectures` entry
-    is one `task_class` serves."""
-    architecture = (config.get("architectures") or [None])[0]
+    is one `task_class` serves (a null one: its `model_type`'s usual one)."""
+    architecture = registry.architecture(config)
     if architecture not in task_class.architectures:
         raise ValueError(
             f"kt.tasks.{task_class.__name__} serves the architectures "

@@ -8,7 +8,7 @@ import os
 
 import keras
 
-from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained import checkpoint, registry
 from keras_transformer.tasks.base import Task, check_keras_path
 
 
@@ -33,7 +33,9 @@ def task_class(architecture):
 def from_pretrained(path, dtype=None):
     """The task of a Hugging Face checkpoint folder, its class chosen from
     the config's `architectures` (e.g. `GPT2LMHeadModel` -> `TextGenerator`,
-    `BertForSequenceClassification` -> `TextClassifier`).
+    `BertForSequenceClassification` -> `TextClassifier`); a config whose
+    `architectures` is null is read by its `model_type`, as transformers
+    reads it (`llama` -> `LlamaForCausalLM`, `bert` -> `BertModel`).
 
     Args:
         path: a local checkpoint folder (`config.json`, weights, tokenizer
@@ -51,8 +53,7 @@ def from_pretrained(path, dtype=None):
     """
     path = checkpoint.check_folder(path)
     config = checkpoint.read_config(path)
-    architecture = (config.get("architectures") or [None])[0]
-    cls = task_class(architecture)
+    cls = task_class(registry.architecture(config))
     if cls is None:
         served = sorted(a for c in task_classes() for a in c.architectures)
         raise ValueError(

@@ -42,6 +42,30 @@ def test_a_folder_no_task_serves_is_refused(tmp_path):
         kt.tasks.from_pretrained(tmp_path / "missing")
 
 
+@pytest.mark.parametrize(
+    "name, architectures, task",
+    [
+        ("gpt2_tiny", None, kt.tasks.TextGenerator),
+        ("bert_tiny", [], kt.tasks.SentenceEncoder),
+        ("gpt2_tiny", "missing", kt.tasks.TextGenerator),
+    ],
+)
+def test_a_folder_without_architectures_is_read_by_its_model_type(
+    tmp_path, name, architectures, task
+):
+    # As `config.save_pretrained` writes after some conversions, and many
+    # merged or fine-tuned repositories carry: transformers reads them by
+    # `model_type`.
+    folder = tmp_path / "folder"
+    shutil.copytree(os.path.join(HF, name), folder)
+    config = json.load(open(folder / "config.json"))
+    config.pop("architectures")
+    if architectures != "missing":
+        config["architectures"] = architectures
+    json.dump(config, open(folder / "config.json", "w"))
+    assert type(kt.tasks.from_pretrained(folder)) is task
+
+
 def test_load_refuses_what_is_not_a_saved_task(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.keras"):
         kt.tasks.load(tmp_path / "missing.keras")
