@@ -326,13 +326,18 @@ class TopPSampler(Sampler):
     Args:
         top_p: the probability mass to keep, in (0, 1].
         temperature: logits are divided by it first.
+        top_k: None, or first keep only the `top_k` most likely tokens
+            (Hugging Face's order when a generation config sets both:
+            temperature, then top-k, then top-p). 0 is None.
         **options: the options of `Sampler`.
     """
 
     supports_speculation = True
 
-    def __init__(self, top_p=0.9, temperature=1.0, **options):
+    def __init__(self, top_p=0.9, temperature=1.0, top_k=None, **options):
         super().__init__(temperature, **options)
+        validation.check_positive_int("top_k", top_k or None, allow_none=True)
+        self.top_k = top_k or None
         if (
             isinstance(top_p, bool)
             or not isinstance(top_p, int | float)
@@ -354,6 +359,10 @@ class TopPSampler(Sampler):
     def _nucleus(self, logits):
         """The token order and the sorted logits, outside the nucleus at the
         float32 floor."""
+        if self.top_k is not None:  # below the k-th largest: out
+            k = tf.minimum(self.top_k, tf.shape(logits)[-1])
+            kth = tf.math.top_k(logits, k=k).values[:, -1:]  # (B, 1)
+            logits = tf.where(logits < kth, tf.float32.min, logits)
         order = tf.argsort(logits, axis=-1, direction="DESCENDING")
         sorted_logits = tf.gather(logits, order, batch_dims=1)
         probs = tf.nn.softmax(sorted_logits, axis=-1)

@@ -29,6 +29,21 @@ from keras_transformer.training import (
 
 # Tokens that end a document, in the order they are looked for.
 END_TOKENS = ("<|endoftext|>", "[END]")
+# The generation_config.json settings `generate` takes as its defaults, as
+# transformers' `generate` and `pipeline` do, with transformers' values for
+# those a folder that samples leaves out.
+GENERATION_KEYS = ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty")
+SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
+
+
+class _DefaultSampler(str):
+    """`generate`'s default `sampler`: the task's generation settings where
+    they sample, else greedy. It equals `"greedy"`, so the signature reads
+    as it always has, but an explicit `"greedy"` is another object."""
+
+
+DEFAULT_SAMPLER = _DefaultSampler("greedy")
+
 # `generate` keywords that decode otherwise than the one-token loop.
 SPECULATIVE = (
     "draft_model",
@@ -52,6 +67,14 @@ class TextGenerator(Task):
             `[END]`, whichever the vocabulary has (None if neither), and
             `from_pretrained` the config's `eos_token_id` (one or a list);
             None never ends early. `fit` separates documents with the first.
+        generation_config: None, or the defaults of `generate` and `chat`
+            as a folder's `generation_config.json` holds them: a dict with
+            some of `do_sample`, `temperature`, `top_k`, `top_p` and
+            `repetition_penalty` (`from_pretrained` reads them). With
+            `do_sample` true, a call without a `sampler` samples with them
+            (transformers' 1.0, 50 and 1.0 for those left out), and a
+            `repetition_penalty` other than 1.0 applies to every call
+            without one; arguments given to a call win.
         **kwargs: base `keras.Model` arguments (`name`).
 
     Example:
@@ -75,8 +98,11 @@ class TextGenerator(Task):
         "Qwen2ForCausalLM",
     )
 
-    def __init__(self, model, tokenizer, end_token="auto", **kwargs):
+    def __init__(
+        self, model, tokenizer, end_token="auto", generation_config=None, **kwargs
+    ):
         super().__init__(model, tokenizer, **kwargs)
+        self.generation_config = _check_generation_config(generation_config)
         if isinstance(end_token, str) and end_token == "auto":
             vocabulary = set(tokenizer.get_vocabulary())
             end_token = next((t for t in END_TOKENS if t in vocabulary), None)
@@ -88,17 +114,20 @@ class TextGenerator(Task):
         generation = os.path.join(path, "generation_config.json")
         generation = validation.read_json(generation, missing_ok=True) or {}
         end = generation.get("eos_token_id", config.get("eos_token_id"))
+        settings = {
+            k: generation[k] for k in GENERATION_KEYS if generation.get(k) is not None
+        }
         # The checkpoint's ids are ours - 1.
         if end is None or end == []:
-            return cls(model, tokenizer)
+            return cls(model, tokenizer, generation_config=settings)
         ids = [e + 1 for e in end] if isinstance(end, list) else end + 1
-        return cls(model, tokenizer, end_token=ids)
+        return cls(model, tokenizer, end_token=ids, generation_config=settings)
 
     def generate(
         self,
         prompts,
         max_new_tokens=32,
-        sampler="greedy",
+        sampler=DEFAULT_SAMPLER,
         seed=None,
         stop=None,
         num_return_sequences=1,
@@ -124,7 +153,9 @@ class TextGenerator(Task):
                 `[1, max_sequence_length - 1]`.
             sampler: `"greedy"`, `"temperature"`, `"top_k"`, `"top_p"`,
                 `"beam"`, or a `kt.generation.Sampler` (see
-                `kt.generation.generate`).
+                `kt.generation.generate`). Left out: greedy, or the task's
+                `generation_config` where it samples (a folder's
+                `generation_config.json` with `do_sample: true`).
             seed: int seed for the samplers that draw.
             stop: a string or a list of strings; a text ends at the first
                 occurrence of any of them in its generated text (one
@@ -136,7 +167,8 @@ class TextGenerator(Task):
                 an independent draw; beam search: the best beams, at most
                 `num_beams`; as Hugging Face, greedy decoding gives one).
             repetition_penalty: > 1 discourages ids already in the text
-                (Hugging Face's `repetition_penalty`); None is off.
+                (Hugging Face's `repetition_penalty`); None: the task's
+                `generation_config`'s, else off (1.0 turns it off).
             return_full_text: prefix each text with its prompt.
             stream: return an iterator of text pieces as tokens are made
                 (one prompt; not beam search). Joined, the pieces are the
@@ -187,6 +219,9 @@ class TextGenerator(Task):
         validation.check_positive_int(
             "stream_chunk_size", stream_chunk_size, allow_none=True
         )
+        sampler, repetition_penalty, sampler_args = self._settings(
+            sampler, repetition_penalty, sampler_args
+        )
         if repetition_penalty is not None:
             sampler_args["repetition_penalty"] = repetition_penalty
         speculative = {k: sampler_args.pop(k) for k in SPECULATIVE if k in sampler_args}
@@ -234,7 +269,9 @@ class TextGenerator(Task):
             new = text_stream.generated_ids(
                 self.model, rows, ends, max_new_tokens, decoder, seed, speculative
             )
-            generated = text_stream.texts(self.tokenizer, new)
+            per_row = len(new) // len(rows)  # beam search: its best beams
+            prompts = [row for row in rows for _ in range(per_row)]
+            generated = text_stream.texts(self.tokenizer, new, prompts)
             generated = [inputs.cut_at_stop(text, stops) for text in generated]
         if prefixes:
             generated = [p + g for p, g in zip(prefixes, generated, strict=True)]
@@ -243,8 +280,8 @@ class TextGenerator(Task):
         return generated[0] if single else generated
 
     def chat(
-        self, messages, max_new_tokens=256, sampler="greedy", seed=None, stop=None,
-        stream=False, **options,
+        self, messages, max_new_tokens=256, sampler=DEFAULT_SAMPLER, seed=None,
+        stop=None, stream=False, **options,
     ):  # fmt: skip
         """The assistant's reply to a conversation.
 
@@ -257,7 +294,8 @@ class TextGenerator(Task):
         Args:
             messages: a list of `{"role": ..., "content": ...}` dicts.
             max_new_tokens: the most tokens the reply may have.
-            sampler: as `generate`'s (default greedy).
+            sampler: as `generate`'s (default greedy, or the task's
+                `generation_config` where it samples).
             seed: as `generate`'s.
             stop: as `generate`'s: strings that end the reply.
             stream: as `generate`'s: an iterator of pieces.
@@ -291,6 +329,17 @@ class TextGenerator(Task):
             options.pop("repetition_penalty", None), False, stream,
             options.pop("stream_chunk_size", None), options,
         )  # fmt: skip
+
+    def _settings(self, sampler, repetition_penalty, sampler_args):
+        """`(sampler, repetition_penalty, sampler_args)` of a call: its own,
+        with the task's `generation_config` where the call leaves them out."""
+        settings = self.generation_config
+        if repetition_penalty is None and settings.get("repetition_penalty", 1.0) != 1:
+            repetition_penalty = settings["repetition_penalty"]
+        if sampler is not DEFAULT_SAMPLER or not settings.get("do_sample"):
+            return sampler, repetition_penalty, sampler_args
+        arguments = {k: settings.get(k, v) for k, v in SAMPLING_DEFAULTS.items()}
+        return "top_p", repetition_penalty, {**arguments, **sampler_args}
 
     def _end_ids(self):
         """The end ids as a tuple (empty for none)."""
@@ -425,4 +474,20 @@ class TextGenerator(Task):
         )
 
     def get_config(self):
-        return {**super().get_config(), "end_token": self.end_token}
+        config = {**super().get_config(), "end_token": self.end_token}
+        if self.generation_config:
+            config["generation_config"] = dict(self.generation_config)
+        return config
+
+
+def _check_generation_config(settings):
+    """`settings` as a dict of `GENERATION_KEYS`, or a ValueError naming
+    the argument."""
+    if settings is None:
+        return {}
+    if not isinstance(settings, dict) or set(settings) - set(GENERATION_KEYS):
+        raise ValueError(
+            f"`generation_config` must be None or a dict with some of "
+            f"{list(GENERATION_KEYS)}. Received: generation_config={settings!r}"
+        )
+    return dict(settings)

@@ -39,7 +39,30 @@ def new_ids(tokens, rows, max_new_tokens, end_token_ids):
 _DETOKENIZE = weakref.WeakKeyDictionary()
 
 
-def texts(tokenizer, ids):
+def texts(tokenizer, ids, prompts=None):
+    """The text of each array of `ids`, decoded in one call; with `prompts`
+    (an array of ids per row), the text the ids add to their prompt.
+
+    That is the decoded prompt + ids with the decoded prompt cut off, as
+    transformers 4's pipeline computed it: a SentencePiece token that
+    begins a word (`▁world`) decodes without its space at the start of a
+    text, so the ids decoded alone would lose it ("Hello" + "world")."""
+    if prompts is None:
+        return _decode(tokenizer, ids)
+    heads = _decode(tokenizer, prompts)
+    rows = [
+        np.concatenate([p, i]).astype("int32")
+        for p, i in zip(prompts, ids, strict=True)
+    ]
+    found = []
+    for head, text in zip(heads, _decode(tokenizer, rows), strict=True):
+        if not text.startswith(head):  # a character the new ids completed
+            head = head.rstrip(REPLACEMENT)
+        found.append(text[len(head) :])
+    return found
+
+
+def _decode(tokenizer, ids):
     """The text of each array of `ids`, decoded in one call."""
     detokenize = _DETOKENIZE.get(tokenizer)
     if detokenize is None:
@@ -91,7 +114,7 @@ def run(decoding, tokenizer, rows, max_new_tokens, end_token_ids, stops):
     string) and whether the row is finished."""
     for tokens in decoding:
         ids = new_ids(tokens, rows, max_new_tokens, end_token_ids)
-        found = texts(tokenizer, ids)
+        found = texts(tokenizer, ids, rows)
         cut = [inputs.cut_at_stop(text, stops) for text in found]
         full = np.array([decoding.index >= len(row) + max_new_tokens for row in rows])
         stopped = np.array([c != t for c, t in zip(cut, found, strict=True)])

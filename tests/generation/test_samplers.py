@@ -150,6 +150,25 @@ def test_top_p_draws_the_renormalised_nucleus(top_p, temperature, kept):
 
 
 @pytest.mark.parametrize(
+    "top_k, top_p, temperature, kept",
+    [
+        # Top-p alone keeps 5, 4, 3, 2; the 2 most likely first: 5, 4.
+        (2, 0.9, 1.0, [5, 4]),
+        # T=2 first, then the top 3 renormalised (.404, .350, .247), then
+        # the nucleus of 0.6: before 0, .404, .754: keep 5, 4 (top-p alone
+        # keeps 5, 4, 3). transformers' order: temperature, top-k, top-p.
+        (3, 0.6, 2.0, [5, 4]),
+        (0, 0.6, 2.0, [5, 4, 3]),  # top_k=0: off, as in transformers
+    ],
+)
+def test_top_p_with_top_k_keeps_the_top_k_first(top_k, top_p, temperature, kept):
+    sampler = kt.generation.TopPSampler(top_p, temperature, top_k=top_k)
+    assert_frequencies(sample_once(sampler), exact_probabilities(temperature, kept))
+    with pytest.raises(ValueError, match="top_k=-1"):
+        kt.generation.TopPSampler(top_p, top_k=-1)
+
+
+@pytest.mark.parametrize(
     "sampler",
     [
         kt.generation.TemperatureSampler(),

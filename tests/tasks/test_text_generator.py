@@ -3,6 +3,7 @@ tiny GPT-2 fixture and the hand-wired path's ids."""
 
 import json
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -381,3 +382,67 @@ def inputs_pad(rows):
     """Right-padded int32 ids of token lists."""
     width = max(len(row) for row in rows)
     return np.array([row + [0] * (width - len(row)) for row in rows], "int32")
+
+
+def test_a_sentencepiece_continuation_keeps_its_space():
+    # "▁world" begins a word: decoded alone it loses its space. The text is
+    # the decoded prompt + new ids with the decoded prompt cut off, as
+    # transformers 4's pipeline gave it.
+    tokenizer = kt.text.tokenizer_from_pretrained(
+        os.path.join(HF, "tokenizers", "llama_sp")
+    )
+    ids = tokenizer.tokenize(["Hello world, the end"]).to_list()[0]
+    prompt = len(tokenizer.tokenize(["Hello"]).to_list()[0])
+    assert tokenizer.id_to_token(ids[prompt]).startswith("▁")
+    task = kt.tasks.TextGenerator(
+        ScriptedLM(ids, tokenizer.vocabulary_size()), tokenizer, end_token=None
+    )
+    new = len(ids) - prompt
+    assert task.generate("Hello", max_new_tokens=new) == " world, the end"
+    full = task.generate("Hello", max_new_tokens=new, return_full_text=True)
+    assert full == "Hello world, the end"
+    pieces = list(
+        task.generate("Hello", max_new_tokens=new, stream=True, stream_chunk_size=1)
+    )
+    assert len(pieces) > 1 and "".join(pieces) == " world, the end"
+    assert pieces[0].startswith(" ")
+
+
+def test_generation_config_json_gives_the_defaults(generator, tmp_path):
+    # Qwen2.5-Instruct's settings: generate samples with them unless told
+    # otherwise, as transformers' generate and pipeline do.
+    settings = {
+        "do_sample": True,
+        "temperature": 0.7,
+        "top_p": 0.8,
+        "top_k": 20,
+        "repetition_penalty": 1.05,
+    }
+    folder = tmp_path / "folder"
+    shutil.copytree(os.path.join(HF, "gpt2_tiny"), folder)
+    with open(folder / "generation_config.json", "w") as f:
+        json.dump({**settings, "eos_token_id": 50256}, f)
+    task = kt.tasks.from_pretrained(folder)
+    assert task.generation_config == settings
+    explicit = {k: v for k, v in settings.items() if k != "do_sample"}
+    sampled = generator.generate(
+        PROMPTS, max_new_tokens=NEW, sampler="top_p", seed=3, **explicit
+    )
+    assert task.generate(PROMPTS, max_new_tokens=NEW, seed=3) == sampled
+    assert sampled != generator.generate(PROMPTS, max_new_tokens=NEW)
+    # An explicit argument wins: greedy (with the folder's penalty), or
+    # another temperature.
+    greedy = generator.generate(PROMPTS, max_new_tokens=NEW, repetition_penalty=1.05)
+    assert task.generate(PROMPTS, max_new_tokens=NEW, sampler="greedy") == greedy
+    hot = generator.generate(
+        PROMPTS, max_new_tokens=NEW, sampler="top_p", seed=3,
+        **{**explicit, "temperature": 1.5},
+    )  # fmt: skip
+    assert task.generate(PROMPTS, max_new_tokens=NEW, seed=3, temperature=1.5) == hot
+    # The settings survive a .keras round trip.
+    loaded = kt.tasks.load(task.save(tmp_path / "task.keras"))
+    assert loaded.generation_config == settings
+    with pytest.raises(ValueError, match="generation_config.*min_p"):
+        kt.tasks.TextGenerator(
+            task.model, task.tokenizer, generation_config={"min_p": 1}
+        )
