@@ -14,7 +14,7 @@ Ids are the checkpoint's plus one (id 0 is padding here).
 import os
 
 from keras_transformer._validation import read_json
-from keras_transformer.text import pretokenizers
+from keras_transformer.text import hf_sentencepiece, pretokenizers
 from keras_transformer.text.bpe import BytePairTokenizer
 from keras_transformer.text.llama_tokenizer import LlamaTokenizer
 
@@ -76,7 +76,7 @@ def _chat_template(path, config):
     return template if isinstance(template, str) else None
 
 
-def _content(token):
+def content(token):
     """A token of `tokenizer_config.json`: a string or an AddedToken dict."""
     return token.get("content") if isinstance(token, dict) else token
 
@@ -88,12 +88,12 @@ def _special_tokens_map(path, config):
     tokens = {}
     for name in SPECIAL_NAMES:
         value = config[name] if name in config else (extra or {}).get(name)
-        if isinstance(_content(value), str):
-            tokens[name] = _content(value)
+        if isinstance(content(value), str):
+            tokens[name] = content(value)
     return tokens
 
 
-def _added(data, file):
+def added_tokens(data, file):
     """`(tokens, special)`: the `added_tokens` of `tokenizer.json` (`data`),
     all matched whole, and those marked special."""
     tokens, special = [], []
@@ -115,12 +115,20 @@ def _ends(data, config, default_bos, file):
     `add_bos_token` / `add_eos_token` where set (transformers then rebuilds
     the post-processor), else the `tokenizer.json` post-processor's."""
     if "add_bos_token" in config or "add_eos_token" in config:
-        bos = _content(config.get("bos_token")) if config.get("add_bos_token") else None
-        eos = _content(config.get("eos_token")) if config.get("add_eos_token") else None
+        bos = content(config.get("bos_token")) if config.get("add_bos_token") else None
+        eos = content(config.get("eos_token")) if config.get("add_eos_token") else None
         return bos, eos
     if data is None:
         return default_bos, None
     processor = data.get("post_processor") or {}
+    if processor.get("type") == "Sequence":
+        # Llama-3's Sequence[ByteLevel, TemplateProcessing]: ByteLevel only
+        # trims offsets, which leaves ids as they are.
+        steps = [
+            p for p in processor.get("processors") or [] if p.get("type") != "ByteLevel"
+        ]
+        if len(steps) <= 1:
+            processor = (steps or [{}])[0]
     kind = processor.get("type")
     if kind in (None, "ByteLevel"):
         return None, None
@@ -129,7 +137,7 @@ def _ends(data, config, default_bos, file):
     if single is None or names.count("Sequence") != 1:
         raise ValueError(
             f"{file!r}: only ByteLevel and single-sequence TemplateProcessing "
-            "post-processors are supported. "
+            "post-processors (alone or in a Sequence) are supported. "
             f"Received: post_processor={processor!r:.300}"
         )
     at = names.index("Sequence")
@@ -146,25 +154,33 @@ def _ends(data, config, default_bos, file):
 
 def _sentencepiece(path, config, data, chat):
     file = os.path.join(path, SPM)
+    scheme = None
     if not os.path.isfile(file):
-        raise FileNotFoundError(
-            f"A SentencePiece tokenizer needs {SPM}; {file!r} is missing."
-        )
-    tokens, special = _added(data, os.path.join(path, TOKENIZER))
+        if data is None:
+            raise FileNotFoundError(
+                f"A SentencePiece tokenizer needs {SPM}; {file!r} is missing."
+            )
+        # Only tokenizer.json: its own pipeline, as `tokenizers` runs it.
+        file = os.path.join(path, TOKENIZER)
+        scheme = _prepend_scheme(data, file)
+    tokens, special = added_tokens(data, os.path.join(path, TOKENIZER))
     if data is None:  # transformers' LlamaTokenizer: its specials
         tokens = special = [
             t
-            for t in (_content(config.get(n, d)) for n, d in _SP_SPECIALS)
+            for t in (content(config.get(n, d)) for n, d in _SP_SPECIALS)
             if isinstance(t, str)
         ]
-    bos, eos = _ends(data, config, _content(config.get("bos_token", "<s>")), file)
+    bos, eos = _ends(data, config, content(config.get("bos_token", "<s>")), file)
     add_prefix_space = config.get("add_prefix_space")
-    if add_prefix_space is None or add_prefix_space:
+    if scheme is None and (add_prefix_space is None or add_prefix_space):
         scheme = "always" if config.get("legacy", False) else "first"
-    else:
+    elif scheme is None:
         scheme = "never"
+    proto = file
+    if file.endswith(TOKENIZER):
+        proto = hf_sentencepiece.proto_from_tokenizer_json(data, file)
     return LlamaTokenizer(
-        file,
+        proto,
         added_tokens=tokens,
         prepend_scheme=scheme,
         bos_token=bos,
@@ -172,6 +188,43 @@ def _sentencepiece(path, config, data, chat):
         special_tokens=[t for t in special if t not in (bos, eos)],
         **chat,
     )
+
+
+# The text pipelines of SentencePiece-BPE tokenizer.json files: the legacy
+# normalizer of Llama-2 / Mistral repositories, or Metaspace (later saves).
+_LEGACY_NORMALIZER = [
+    {"type": "Prepend", "prepend": "\u2581"},
+    {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+]
+_DECODERS = ("Replace", "ByteFallback", "Fuse", "Strip", "Metaspace")
+
+
+def _prepend_scheme(data, file):
+    """The `LlamaTokenizer` prefix scheme of a SentencePiece-BPE
+    `tokenizer.json`, or a ValueError naming the part it cannot run."""
+    normalizer, pre = data.get("normalizer"), data.get("pre_tokenizer")
+    steps = (normalizer or {}).get("normalizers")
+    scheme = None
+    if pre is None and steps == _LEGACY_NORMALIZER:
+        scheme = "prepend"
+    elif normalizer is None and (pre or {}).get("type") == "Metaspace":
+        if pre.get("replacement") == "\u2581" and pre.get("split") is False:
+            scheme = pre.get("prepend_scheme", "always")
+    if scheme is None:
+        raise ValueError(
+            f"{file!r}: a SentencePiece-BPE tokenizer.json must have the legacy "
+            'normalizer (Prepend("▁"), Replace(" ", "▁")) and no pre-tokenizer, '
+            "or a Metaspace pre-tokenizer that does not split. Received: "
+            f"normalizer={normalizer!r:.200}, pre_tokenizer={pre!r:.200}"
+        )
+    decoder = data.get("decoder") or {}
+    kinds = [d.get("type") for d in decoder.get("decoders") or [decoder]]
+    if not all(kind in _DECODERS for kind in kinds):
+        raise ValueError(
+            f"{file!r}: this decoder is not supported (only {', '.join(_DECODERS)}). "
+            f"Received: decoder={decoder!r:.300}"
+        )
+    return scheme
 
 
 _SP_SPECIALS = (("unk_token", "<unk>"), ("bos_token", "<s>"), ("eos_token", "</s>"))
@@ -220,7 +273,7 @@ def byte_level(data, file, config=None, chat=None):
             f"Received: decoder={data.get('decoder')!r:.300}"
         )
     vocabulary = dict(model.get("vocab") or {})
-    tokens, special = _added(data, file)
+    tokens, special = added_tokens(data, file)
     for token in data.get("added_tokens") or []:
         vocabulary.setdefault(token["content"], token["id"])
     bos, eos = _ends(data, config or {}, None, file)

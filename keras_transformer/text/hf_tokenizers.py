@@ -17,9 +17,10 @@ folders (by `config.json`'s `model_type`) are read by `hf_llama.py`.
 import json
 import os
 
+from keras_transformer import _gguf
 from keras_transformer._validation import read_json
-from keras_transformer.text import hf_llama
-from keras_transformer.text.bpe import BytePairTokenizer
+from keras_transformer.text import gguf_tokenizer, hf_llama
+from keras_transformer.text.bpe import BytePairTokenizer, read_vocabulary
 from keras_transformer.text.sentencepiece import SentencePieceTokenizer
 from keras_transformer.text.wordpiece import WordPieceTokenizer
 
@@ -28,6 +29,7 @@ BPE_VOCABULARY = "vocab.json"
 MERGES = "merges.txt"
 CONFIG = "tokenizer_config.json"
 TOKENIZER = "tokenizer.json"
+ADDED = "added_tokens.json"
 END = "<|endoftext|>"
 SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"
 # Hugging Face's special tokens of Marian and BART vocabularies.
@@ -46,7 +48,10 @@ def tokenizer_from_pretrained(path):
             in `BertTokenizer`), a GPT-2 `vocab.json` and `merges.txt`, or a
             WordPiece or byte-level BPE `tokenizer.json` (what recent
             `transformers` versions write); or a Llama, Mistral or Qwen2
-            folder (`model_type` in `config.json`).
+            folder (`model_type` in `config.json`); or a `.gguf` file with a
+            byte-level BPE tokenizer (`kt.text.gguf_tokenizer`: a
+            `BytePairTokenizer` giving the ids transformers' tokenizer of
+            the file gives, plus one).
 
     Returns:
         A `kt.text.WordPieceTokenizer` giving the ids `BertTokenizer` gives,
@@ -84,6 +89,8 @@ def tokenizer_from_pretrained(path):
         [4, 5]
     """
     path = os.fspath(path)
+    if _gguf.is_gguf(path):
+        return gguf_tokenizer.from_file(path)
     if not os.path.isdir(path):
         raise FileNotFoundError(
             f"`path` must be a checkpoint folder. Received: path={path!r}"
@@ -113,8 +120,16 @@ def tokenizer_from_pretrained(path):
             options = _special_options(
                 BART_SPECIAL, os.path.join(path, BPE_VOCABULARY), "<s>"
             )
+        vocabulary = os.path.join(path, BPE_VOCABULARY)
+        if not options:
+            vocabulary, options = _with_added(
+                read_vocabulary(vocabulary), _folder_added(path, config), path
+            )
         tokenizer = BytePairTokenizer(
-            os.path.join(path, BPE_VOCABULARY), os.path.join(path, MERGES), **options
+            vocabulary,
+            os.path.join(path, MERGES),
+            clean_up_tokenization_spaces=_clean_up_bpe(config),
+            **options,
         )
         _check_size(tokenizer, model_config, path)
         return tokenizer
@@ -130,7 +145,7 @@ def tokenizer_from_pretrained(path):
         data = _tokenizer_json(path)
         if (data.get("model") or {}).get("type") == "BPE":
             tokenizer = _bpe_from_tokenizer_json(
-                data, path, _is_bart(config, model_config, data)
+                data, path, config, _is_bart(config, model_config, data)
             )
             _check_size(tokenizer, model_config, path)
             return tokenizer
@@ -283,7 +298,7 @@ def _is_bart(config, model_config, data=None):
     )
 
 
-def _bpe_from_tokenizer_json(data, path, bart=False):
+def _bpe_from_tokenizer_json(data, path, config, bart=False):
     """A `BytePairTokenizer` from a byte-level BPE `tokenizer.json`."""
     model, file = data["model"], os.path.join(path, TOKENIZER)
     pre = data.get("pre_tokenizer") or {}
@@ -298,12 +313,69 @@ def _bpe_from_tokenizer_json(data, path, bart=False):
             "(GPT-2 uses neither)."
         )
     vocabulary = dict(model.get("vocab") or {})
-    for token in data.get("added_tokens") or []:
-        vocabulary.setdefault(token["content"], token["id"])
-    options = {}
     if bart:
+        for token in data.get("added_tokens") or []:
+            vocabulary.setdefault(token["content"], token["id"])
         options = _special_options(BART_SPECIAL, file, "<s>", vocabulary)
-    return BytePairTokenizer(vocabulary, model.get("merges") or [], **options)
+    else:
+        added = data.get("added_tokens") or _folder_added(path, config)
+        vocabulary, options = _with_added(vocabulary, added, path)
+    return BytePairTokenizer(
+        vocabulary,
+        model.get("merges") or [],
+        clean_up_tokenization_spaces=_clean_up_bpe(config),
+        **options,
+    )
+
+
+def _folder_added(path, config):
+    """The added tokens of a folder without `tokenizer.json`, as
+    `tokenizer.json` lists them (`{"content", "id", "special", ...}`):
+    `tokenizer_config.json`'s `added_tokens_decoder`, and `added_tokens.json`
+    (older saves; special when the config names them)."""
+    added = {}
+    for id, token in (config.get("added_tokens_decoder") or {}).items():
+        if isinstance(token, dict) and isinstance(token.get("content"), str):
+            added[token["content"]] = {**token, "id": int(id)}
+    names = {hf_llama.content(config.get(n)) for n in hf_llama.SPECIAL_NAMES}
+    names.update(map(hf_llama.content, config.get("additional_special_tokens") or []))
+    older = read_json(os.path.join(path, ADDED), missing_ok=True) or {}
+    for content, id in older.items():
+        added.setdefault(
+            content, {"content": content, "id": id, "special": content in names}
+        )
+    return sorted(added.values(), key=lambda t: t["id"])
+
+
+def _with_added(vocabulary, added, path):
+    """`(vocabulary, options)` of a GPT-2-style folder with its `added`
+    tokens: those the vocabulary lacks join it at their ids and are matched
+    whole in text, as transformers matches them (there is no other way to
+    write them); those already in it stay text, as GPT-2's `<|endoftext|>`
+    (the reference's `split_special_tokens=True`). Special ones are dropped
+    by `detokenize(..., skip_special_tokens=True)`."""
+    tokens, special = hf_llama.added_tokens(
+        {"added_tokens": added}, os.path.join(path, TOKENIZER)
+    )
+    vocabulary = dict(vocabulary)
+    ids = {t["content"]: t["id"] for t in added}
+    whole = [t for t in tokens if t not in vocabulary]
+    for token in whole:
+        vocabulary[token] = ids[token]
+    return vocabulary, {"added_tokens": whole, "special_tokens": special}
+
+
+def _clean_up_bpe(config):
+    """transformers 5 applies `clean_up_tokenization_spaces` to a BPE
+    tokenizer's text only when the folder also sets
+    `clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output`
+    (it would remove real spaces before punctuation)."""
+    return bool(
+        config.get("clean_up_tokenization_spaces")
+        and config.get(
+            "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"
+        )
+    )
 
 
 def _from_tokenizer_json(data, path):

@@ -16,7 +16,7 @@ from keras_transformer.text._lazy import tf_text
 from keras_transformer.text.chat import ChatTemplateMixin, check_chat_template
 from keras_transformer.text.tokenizer import Tokenizer
 
-PREPEND_SCHEMES = ("first", "always", "never")
+PREPEND_SCHEMES = ("first", "always", "never", "prepend")
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
@@ -32,9 +32,13 @@ class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
     Metaspace pre-tokenizer does: before the first piece of text only
     (`prepend_scheme="first"`, `legacy=False` folders), before each piece
     of text (`"always"`, `legacy=True`) or never, and not where the piece
-    already starts with a space. `detokenize` gives what transformers'
-    `decode(ids, skip_special_tokens=True)` gives. Runs in `tf.data`,
-    `tf.function` and SavedModels; the model travels in `get_config`.
+    already starts with a space; or before each piece of text even where it
+    does (`"prepend"`: the `Prepend("▁")` normalizer of the `tokenizer.json`
+    files that Llama-2 and Mistral repositories carry). `detokenize`
+    gives what transformers' `decode` gives (byte pieces that form no
+    character are one U+FFFD each, as its ByteFallback decoder writes
+    them). Runs in `tf.data`, `tf.function` and SavedModels; the model
+    travels in `get_config`.
 
     Args:
         proto: a serialized SentencePiece model (`bytes`) or the path of a
@@ -43,7 +47,8 @@ class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
         sequence_length: if set, outputs are padded with 0 or truncated to
             this length; otherwise batches give ragged ids.
         added_tokens: pieces matched whole before anything else.
-        prepend_scheme: `"first"`, `"always"` or `"never"` (see above).
+        prepend_scheme: `"first"`, `"always"`, `"never"` or `"prepend"`
+            (see above).
         chat_template: the Jinja template of `apply_chat_template`, or None.
         special_tokens_map: the special tokens the template sees by name.
         **kwargs: `bos_token` (Llama's `"<s>"` goes first), `eos_token`,
@@ -117,6 +122,9 @@ class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
             default_value=self._unknown,
         )
         self._piece_bytes = tf.constant([b""] + [_bytes(t) for t in tokens])
+        self._is_byte = tf.constant(
+            [False] + [bool(_BYTE_PIECE.fullmatch(t)) for t in tokens]
+        )
 
     def _tokenize(self, strings):
         pieces, added = pretokenizers.split_added(strings, self.added_tokens)
@@ -126,6 +134,8 @@ class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
             index = tf.range(tf.size(text, tf.int64))
             first = index == tf.gather(pieces.row_starts(), pieces.value_rowids())
             prepend = first & ~spaced
+        elif self.prepend_scheme == "prepend":  # non-empty pieces
+            prepend = tf.strings.length(text) > 0
         else:
             prepend = ~spaced & (self.prepend_scheme == "always")
         text = tf.where(prepend, tf.strings.join([" ", text]), text)
@@ -139,10 +149,20 @@ class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
         return pieces.with_flat_values(ids).merge_dims(1, 2)
 
     def _detokenize(self, ids):
-        text = tf.strings.reduce_join(tf.gather(self._piece_bytes, ids), axis=-1)
+        pieces = tf.gather(self._piece_bytes, ids.flat_values)  # (N,)
+        # tokenizers' ByteFallback decoder: a run of byte pieces that is not
+        # valid UTF-8 becomes one U+FFFD per piece, its valid start too.
+        byte = tf.gather(self._is_byte, ids.flat_values)
+        rows = ids.value_rowids()
+        joins = byte[1:] & byte[:-1] & (rows[1:] == rows[:-1])
+        run = tf.cumsum(tf.cast(~tf.concat([[False], joins], 0), tf.int32)) - 1
+        runs = tf.strings.unsorted_segment_join(pieces, run, tf.size(pieces))
+        bad = tf.gather(checks.replace_invalid_utf8(runs) != runs, run)
+        pieces = tf.where(bad, "\ufffd", pieces)
+        text = tf.strings.reduce_join(ids.with_flat_values(pieces), axis=-1)
         if self.prepend_scheme != "never":  # transformers' Strip decoder
             text = tf.strings.regex_replace(text, "^ ", "", replace_global=False)
-        return checks.replace_invalid_utf8(text)
+        return text
 
     def _unknown_id(self):
         return self._unknown

@@ -3,11 +3,27 @@
 Shape legend: B batch, T tokens.
 """
 
+import re
+
 import keras
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
 from keras_transformer.text import checks
+
+# transformers' `clean_up_tokenization`, replaced in this order.
+CLEAN_UP = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
 
 
 class Tokenizer(keras.layers.Layer):
@@ -31,9 +47,14 @@ class Tokenizer(keras.layers.Layer):
         eos_token: a token put after every sequence, or None (Marian's and
             BART's `</s>`). A sequence truncated to `sequence_length` (or by
             `truncate`) keeps both, as Hugging Face's tokenizers do.
-        special_tokens: tokens of the vocabulary that `detokenize` drops, as
-            Hugging Face's `skip_special_tokens=True` does (`bos_token` and
-            `eos_token` are always dropped).
+        special_tokens: tokens of the vocabulary that
+            `detokenize(..., skip_special_tokens=True)` drops, as Hugging
+            Face's `decode(..., skip_special_tokens=True)` does (with
+            `bos_token` and `eos_token`).
+        clean_up_tokenization_spaces: `detokenize` removes the space before
+            `.`, `?`, `!`, `,` and English contractions (`" n't"`), as
+            transformers' `decode` does when a folder's
+            `tokenizer_config.json` sets this flag.
         **kwargs: base `keras.layers.Layer` arguments.
     """
 
@@ -43,6 +64,7 @@ class Tokenizer(keras.layers.Layer):
         bos_token=None,
         eos_token=None,
         special_tokens=None,
+        clean_up_tokenization_spaces=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -65,6 +87,7 @@ class Tokenizer(keras.layers.Layer):
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.special_tokens = list(special_tokens or [])
+        self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
         self._vocabulary = []
         self._token_to_id = {}
 
@@ -145,15 +168,19 @@ class Tokenizer(keras.layers.Layer):
             ids = ids[0]
         return ids
 
-    def detokenize(self, inputs):
+    def detokenize(self, inputs, skip_special_tokens=False):
         """Token ids back to strings, dropping padding (id 0).
 
         Ids outside the vocabulary decode as `[UNK]` (byte-level tokenizers,
-        which have none, drop them).
+        which have none, drop them). Special tokens are written out unless
+        `skip_special_tokens`, as transformers' `decode` writes them.
 
         Args:
             inputs: int ids `(T,)`, or a batch `(B, T)` as a dense tensor,
                 a `tf.RaggedTensor` or a list of lists.
+            skip_special_tokens: drop `bos_token`, `eos_token` and
+                `special_tokens` (transformers' argument of that name; its
+                default, False, keeps them).
 
         Returns:
             A string scalar for `(T,)` ids, else a `(B,)` string tensor.
@@ -170,7 +197,7 @@ class Tokenizer(keras.layers.Layer):
         dropped = [i for i in self._added_ids() if i is not None] + [
             self._token_to_id[t] for t in self.special_tokens
         ]
-        if dropped:
+        if dropped and skip_special_tokens:
             keep = tf.reduce_all(batch.flat_values[:, None] != dropped, axis=1)
             batch = tf.ragged.boolean_mask(batch, batch.with_flat_values(keep))
         unknown, size = self._unknown_id(), self.vocabulary_size()
@@ -181,6 +208,9 @@ class Tokenizer(keras.layers.Layer):
                 lambda v: tf.where((v < 0) | (v >= size), unknown, v), batch
             )
         text = self._detokenize(batch)  # (B,)
+        if self.clean_up_tokenization_spaces:
+            for before, after in CLEAN_UP:
+                text = tf.strings.regex_replace(text, re.escape(before), after)
         return text[0] if rank == 1 else text
 
     def _unknown_id(self):
@@ -238,6 +268,8 @@ class Tokenizer(keras.layers.Layer):
                 config[name] = getattr(self, name)
         if self.special_tokens:
             config["special_tokens"] = list(self.special_tokens)
+        if self.clean_up_tokenization_spaces:
+            config["clean_up_tokenization_spaces"] = True
         return config
 
     def compute_output_spec(self, inputs):
