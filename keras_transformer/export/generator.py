@@ -25,16 +25,22 @@ def export_text_generator(
     *,
     prompt_lookup_num_tokens=None,
     prompt_lookup_max_ngram_size=3,
+    temperature=0.0,
 ):
     """Exports a `gpt2` model and its tokenizer as a string-to-string SavedModel.
 
-        The SavedModel has one signature, `generate` (also `serving_default`):
+        The SavedModel has two signatures. `serving_default` takes the
+        strings alone, `prompts` string `(B,)`, and generates with this
+        export's settings (`max_new_tokens` and `temperature`), so a client
+        that sends only prompts (TF Serving's `{"instances": [...]}`) is
+        served. `generate` takes the knobs too:
 
         - inputs: `prompts` string `(B,)`, `max_new_tokens` int32 scalar,
           `temperature` float32 scalar;
         - outputs: `text` string `(B,)` (the prompt as the model saw it followed by
           the generated text), `generated_text` string `(B,)` (the generated text
-          only) and `token_ids` int32 `(B, L)` (prompt and generated ids, 0 after
+          only: the whole text with the decoded prompt cut off, so a
+          SentencePiece continuation keeps its leading space) and `token_ids` int32 `(B, L)` (prompt and generated ids, 0 after
           them), with `L` the model's `max_sequence_length`; with prompt lookup
           also `lookup_steps` and `lookup_kept`, int32 scalars: the request's
           prompt-lookup steps (model passes over K + 1 positions) and the
@@ -83,6 +89,8 @@ def export_text_generator(
                 None decodes one token per step.
             prompt_lookup_max_ngram_size: the longest n-gram prompt lookup
                 matches (it tries n from this down to 1).
+            temperature: `serving_default`'s temperature: 0 (the default)
+                is greedy decoding, > 0 samples.
 
         Returns:
             The absolute path written.
@@ -101,6 +109,8 @@ def export_text_generator(
             temperature=tf.constant(0.0),
         )
         text = out["text"].numpy()[0].decode()  # the prompt and its continuation
+        # serving_default: the prompts alone, with the export's settings
+        out = generator.signatures["serving_default"](tf.constant(["Hi"]))
         ```
     """
     savedmodel.check_model(model, CausalLM, "export_text_generator")
@@ -112,6 +122,12 @@ def export_text_generator(
         max_new_tokens, limit, "a prompt's first token"
     )
     validation.check_bool("jit_compile", jit_compile)
+    number = isinstance(temperature, int | float) and not isinstance(temperature, bool)
+    if not number or not 0 <= temperature < float("inf"):
+        raise ValueError(
+            "`temperature` must be a number >= 0 (0 is greedy). Received: "
+            f"temperature={temperature!r}"
+        )
     validation.check_positive_int(
         "prompt_lookup_num_tokens", prompt_lookup_num_tokens, allow_none=True
     )
@@ -181,10 +197,10 @@ def export_text_generator(
             visible = tokens
         else:
             visible = tf.where(loop.is_end(tokens, end_id), 0, tokens)
-        generated = tf.where(positions >= lengths[:, None], visible, 0)
+        text = tokenizer.detokenize(visible)
         outputs = {
-            "text": tokenizer.detokenize(visible),
-            "generated_text": tokenizer.detokenize(generated),
+            "text": text,
+            "generated_text": _continuation(tokenizer, text, visible, lengths),
             "token_ids": tokens,
         }
         if prompt_lookup_num_tokens is not None:
@@ -192,9 +208,28 @@ def export_text_generator(
             outputs["lookup_kept"] = stats[1]
         return outputs
 
+    @tf.function(input_signature=[savedmodel.string_spec("prompts")])
+    def serve(prompts):
+        return generate(prompts, tf.constant(cap), tf.constant(float(temperature)))
+
     module = tf.Module()
     module.tokenizer = tokenizer
     module.generate = generate
+    module.serve = serve
     return savedmodel.save(
-        module, {"serving_default": generate, "generate": generate}, path
+        module, {"serving_default": serve, "generate": generate}, path
     )
+
+
+def _continuation(tokenizer, text, visible, lengths):
+    """Each row's generated text: its `text` with the decoded prompt (the
+    first `lengths` ids of `visible`) cut off, as `TextGenerator.generate`
+    computes it; where the prompt's text is not a prefix (new ids completed
+    its last character), the new ids decoded alone."""
+    positions = tf.range(tf.shape(visible)[1])[None]
+    head = tokenizer.detokenize(tf.where(positions < lengths[:, None], visible, 0))
+    size = tf.strings.length(head)  # bytes
+    prefix = tf.strings.substr(text, tf.zeros_like(size), size) == head
+    rest = tf.strings.substr(text, size, tf.strings.length(text) - size)
+    alone = tokenizer.detokenize(tf.where(positions >= lengths[:, None], visible, 0))
+    return tf.where(prefix, rest, alone)

@@ -147,7 +147,16 @@ def save(module, signatures, path):
 
     A failed export removes its temporary directory and leaves `path` as it
     was. An existing `path` (already checked by `check_path`) is replaced.
+    Every export's `serving_default` takes one string tensor and nothing
+    else, so a client that sends only its inputs (TF Serving's
+    `{"instances": [...]}`) is served.
     """
+    serving = signatures["serving_default"].input_signature
+    if len(serving) != 1 or serving[0].dtype != tf.string:
+        raise ValueError(  # a defect of an exporter, never of a user's call
+            "An export's serving_default must take one string tensor. "
+            f"Received: input_signature={serving!r}"
+        )
     # Track the tf.Variables the signatures read, as keras.Model.export does:
     # session-based loaders (TF Serving, `saved_model_cli run`) cannot find
     # them through the Keras variables that wrap them.

@@ -143,14 +143,20 @@ def test_save_and_load_give_the_same_text(generator, tmp_path):
 
 def test_export_serves_the_generated_text(generator, tmp_path):
     path = generator.export(tmp_path / "served", max_new_tokens=NEW)
-    request = {
-        "prompts": np.array(PROMPTS, dtype=object),
-        "max_new_tokens": np.int32(NEW),
-        "temperature": np.float32(0.0),
-    }
-    _, (out,) = run_export_test(path, [("generate", request)], tmp_path)
+    prompts = np.array(PROMPTS, dtype=object)
+    knobs = {"prompts": prompts, "max_new_tokens": np.int32(2), "temperature": 0.0}
+    # serving_default takes the prompts alone (TF Serving's {"instances":
+    # [...]}), with the export's settings: greedy, NEW tokens.
+    names, (served, short) = run_export_test(
+        path,
+        [("serving_default", {"prompts": prompts}), ("generate", knobs)],
+        tmp_path,
+    )
+    assert sorted(names) == ["generate", "serving_default"]
     expected = generator.generate(PROMPTS, max_new_tokens=NEW)
-    assert [t.decode() for t in out["generated_text"]] == expected
+    assert [t.decode() for t in served["generated_text"]] == expected
+    expected = generator.generate(PROMPTS, max_new_tokens=2)
+    assert [t.decode() for t in short["generated_text"]] == expected
 
 
 @pytest.mark.slow
