@@ -40,7 +40,8 @@ def export_text_generator(
         - outputs: `text` string `(B,)` (the prompt as the model saw it followed by
           the generated text), `generated_text` string `(B,)` (the generated text
           only: the whole text with the decoded prompt cut off, so a
-          SentencePiece continuation keeps its leading space) and `token_ids` int32 `(B, L)` (prompt and generated ids, 0 after
+          SentencePiece continuation keeps its leading space) and
+          `token_ids` int32 `(B, L)` (prompt and generated ids, 0 after
           them), with `L` the model's `max_sequence_length`; with prompt lookup
           also `lookup_steps` and `lookup_kept`, int32 scalars: the request's
           prompt-lookup steps (model passes over K + 1 positions) and the
