@@ -15,27 +15,25 @@ import tensorflow as tf
 
 from keras_transformer.text import checks
 
-ROLE, CONTENT = "role", "content"
+ROLE = "role"
 
 
 def check_messages(messages):
-    """`messages` as a list of dicts, each with a role and a content, keys
-    whose value is None left out (as transformers does); else a ValueError
-    naming the message."""
+    """`messages` as a list of dicts, each with a role (an assistant turn
+    of tool calls may have no content), keys whose value is None left out
+    (as transformers does); else a ValueError naming the message."""
     if isinstance(messages, dict) or not isinstance(messages, list | tuple):
         raise ValueError(
-            "`messages` must be a list of dicts with 'role' and 'content'. "
+            "`messages` must be a list of dicts with a 'role' and a 'content'. "
             f"Received: messages={messages!r:.200}"
         )
     if not messages:
         raise ValueError("`messages` must hold at least one message. Received: []")
     checked = []
     for number, message in enumerate(messages):
-        if not isinstance(message, dict) or not all(
-            key in message for key in (ROLE, CONTENT)
-        ):
+        if not isinstance(message, dict) or ROLE not in message:
             raise ValueError(
-                f"Each message must be a dict with a 'role' and a 'content'; "
+                f"Each message must be a dict with a 'role'; "
                 f"message {number} is not. Received: {message!r:.200}"
             )
         checked.append({k: v for k, v in message.items() if v is not None})

@@ -185,8 +185,11 @@ def test_bos_eos_and_special_tokens(tmp_path):
         [bos, a, cat, eos],
         [bos, a, eos, 0],
     ]
-    # detokenize drops them, and the other special tokens.
-    text = tokenizer.detokenize([[bos, a, pad, cat, eos]]).numpy()[0]
+    # detokenize keeps them, as transformers' decode; skip_special_tokens
+    # drops them, and the other special tokens.
+    ids = [[bos, a, pad, cat, eos]]
+    assert tokenizer.detokenize(ids).numpy()[0] == b"<s>a<pad> cat</s>"
+    text = tokenizer.detokenize(ids, skip_special_tokens=True).numpy()[0]
     assert text == b"a cat"
     with pytest.raises(ValueError, match="eos_token"):
         small([], [], eos_token="</s>")

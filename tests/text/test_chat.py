@@ -47,7 +47,7 @@ def test_bad_messages_are_refused(folder):
     _, tokenizer = folder
     with pytest.raises(ValueError, match="message 1 is not.*'text': 'b'"):
         tokenizer.apply_chat_template(
-            [{"role": "user", "content": "a"}, {"role": "user", "text": "b"}]
+            [{"role": "user", "content": "a"}, {"text": "b"}]
         )
     with pytest.raises(ValueError, match="message 0 is not.*'content': 'a'"):
         tokenizer.apply_chat_template([{"content": "a"}])

@@ -36,15 +36,14 @@ def test_ids_are_transformers_ids_plus_one_on_hard_text(folder):
         assert [i - 1 for i in mine] == theirs, repr(text)
 
 
-def test_detokenize_is_decode_without_special_tokens(folder):
+def test_detokenize_is_decode_with_and_without_special_tokens(folder):
     name, tokenizer = folder
     ref = REFERENCE[name]
     ids = tf.ragged.constant([[i + 1 for i in row] for row in ref["ids"]], tf.int32)
-    back = [t.decode() for t in tokenizer.detokenize(ids).numpy()]
-    for text, mine, theirs in zip(
-        ref["texts"], back, ref["decode_skip_special"], strict=True
-    ):
-        assert mine == theirs, repr(text)
+    for skip, key in [(False, "decode"), (True, "decode_skip_special")]:
+        back = tokenizer.detokenize(ids, skip_special_tokens=skip).numpy()
+        for text, mine, theirs in zip(ref["texts"], back, ref[key], strict=True):
+            assert mine.decode() == theirs, (repr(text), skip)
 
 
 def test_vocabulary_and_special_tokens(folder):

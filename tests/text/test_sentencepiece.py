@@ -120,7 +120,9 @@ def test_vocabulary_gives_the_ids_and_round_trips(tmp_path):
     pieces = [tokenizer.id_to_token(i) for i in ids[0][:-1]]
     assert "".join(pieces).replace("▁", " ").strip() == "the cat sat"
     assert [vocabulary.get(p, vocabulary["<unk>"]) + 1 for p in pieces] == ids[0][:-1]
-    assert tokenizer.detokenize(ids).numpy()[0] == b"the cat sat"
+    assert tokenizer.detokenize(ids).numpy()[0] == b"the cat sat</s>"
+    text = tokenizer.detokenize(ids, skip_special_tokens=True).numpy()[0]
+    assert text == b"the cat sat"
     again = kt.text.SentencePieceTokenizer.from_config(tokenizer.get_config())
     assert again(["the cat sat"]).to_list() == ids[:1]
     with pytest.raises(ValueError, match="<unk>"):
