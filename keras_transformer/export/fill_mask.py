@@ -162,7 +162,10 @@ def export_fill_mask(model, tokenizer, path, top_k=5, overwrite=False):
         inside &= tf.range(tf.shape(ids)[1])[None] > 0  # (B, T)
         keep = tf.broadcast_to(inside[:, None], tf.shape(filled))
         kept = tf.ragged.boolean_mask(filled, keep)  # (B, K, None)
-        sequence = tf.reshape(tokenizer.detokenize(kept.merge_dims(0, 1)), [-1, top_k])
+        sequence = tf.reshape(
+            tokenizer.detokenize(kept.merge_dims(0, 1), skip_special_tokens=True),
+            [-1, top_k],
+        )
         error = tf.where(
             tf.strings.regex_full_match(text, r"(?s).*\[MASK\].*"),
             f"the first [MASK] lies past the model's max_sequence_length "

@@ -198,7 +198,7 @@ def export_text_generator(
             visible = tokens
         else:
             visible = tf.where(loop.is_end(tokens, end_id), 0, tokens)
-        text = tokenizer.detokenize(visible)
+        text = tokenizer.detokenize(visible, skip_special_tokens=True)
         outputs = {
             "text": text,
             "generated_text": _continuation(tokenizer, text, visible, lengths),
@@ -228,9 +228,13 @@ def _continuation(tokenizer, text, visible, lengths):
     computes it; where the prompt's text is not a prefix (new ids completed
     its last character), the new ids decoded alone."""
     positions = tf.range(tf.shape(visible)[1])[None]
-    head = tokenizer.detokenize(tf.where(positions < lengths[:, None], visible, 0))
+    head = tokenizer.detokenize(
+        tf.where(positions < lengths[:, None], visible, 0), skip_special_tokens=True
+    )
     size = tf.strings.length(head)  # bytes
     prefix = tf.strings.substr(text, tf.zeros_like(size), size) == head
     rest = tf.strings.substr(text, size, tf.strings.length(text) - size)
-    alone = tokenizer.detokenize(tf.where(positions >= lengths[:, None], visible, 0))
+    alone = tokenizer.detokenize(
+        tf.where(positions >= lengths[:, None], visible, 0), skip_special_tokens=True
+    )
     return tf.where(prefix, rest, alone)

@@ -264,7 +264,9 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
         tokens = tf.where(loop.is_end(tokens, end_id), 0, tokens)
         empty = tf.reduce_all(source == 0, axis=1)
         tokens = tf.where(empty[:, None], 0, tokens)
-        return {output_name: target_tokenizer.detokenize(tokens)}
+        return {
+            output_name: target_tokenizer.detokenize(tokens, skip_special_tokens=True)
+        }
 
     function = tf.function(run, input_signature=[savedmodel.string_spec(input_name)])
     module = tf.Module()

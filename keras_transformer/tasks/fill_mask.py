@@ -157,7 +157,9 @@ class FillMask(Task):
                     )
                 masks.append(candidates)
             results.append(masks)
-        decoded = iter(self.tokenizer.detokenize(sequences).numpy())
+        decoded = iter(
+            self.tokenizer.detokenize(sequences, skip_special_tokens=True).numpy()
+        )
         for masks in results:
             for candidates in masks:
                 for candidate in candidates:

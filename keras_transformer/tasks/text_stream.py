@@ -67,7 +67,10 @@ def _decode(tokenizer, ids):
     detokenize = _DETOKENIZE.get(tokenizer)
     if detokenize is None:
         spec = tf.RaggedTensorSpec([None, None], tf.int32, row_splits_dtype=tf.int64)
-        detokenize = tf.function(tokenizer.detokenize, input_signature=[spec])
+        detokenize = tf.function(
+            lambda ids: tokenizer.detokenize(ids, skip_special_tokens=True),
+            input_signature=[spec],
+        )
         _DETOKENIZE[tokenizer] = detokenize
     values = np.concatenate([np.asarray(i, "int32") for i in ids] + [[]])
     lengths = np.array([len(i) for i in ids], "int64")

@@ -49,7 +49,8 @@ class Seq2SeqTask(Task):
     def _generate(self, name, texts, max_new_tokens, sampler, seed, sampler_args):
         """The decoded texts of `texts` (the argument `name`): a str for a
         str, a list of str for a list."""
-        single, strings = inputs.check_texts(name, texts)
+        # A blank line is translated, as transformers translates it.
+        single, strings = inputs.check_texts(name, texts, allow_empty=True)
         options = self._decoding_options(max_new_tokens, sampler, sampler_args)
         limit = self.model.max_sequence_length
         source = savedmodel.without_sequence_length(self.source_tokenizer)
@@ -63,7 +64,9 @@ class Seq2SeqTask(Task):
         ends = np.reshape(options["end_token_id"], [-1])  # one id or several
         tokens = np.where(np.isin(tokens, ends), 0, tokens)
         tokens[empty] = 0
-        texts = self.target_tokenizer.detokenize(tokens).numpy()
+        texts = self.target_tokenizer.detokenize(
+            tokens, skip_special_tokens=True
+        ).numpy()
         texts = [text.decode("utf-8", errors="replace") for text in texts]
         return texts[0] if single else texts
 
@@ -236,7 +239,8 @@ class Translator(Seq2SeqTask):
         """Translates a sentence or a list of sentences.
 
         Args:
-            texts: a non-empty string, or a non-empty list of them.
+            texts: a string, or a non-empty list of them (an empty
+                string, a blank line, is translated as transformers does).
             max_new_tokens: the longest translation in tokens; None: the
                 model's `generation_config`'s, else `max_sequence_length - 1`.
             sampler: a `kt.generation.generate` sampler name or instance;
@@ -310,7 +314,8 @@ class Summarizer(Seq2SeqTask):
         """Summarizes a document or a list of documents.
 
         Args:
-            texts: a non-empty string, or a non-empty list of them.
+            texts: a string, or a non-empty list of them (an empty
+                string, a blank line, is translated as transformers does).
             max_new_tokens: see `Translator.translate`.
             sampler: see `Translator.translate` (an imported BART's beam
                 search by default).
