@@ -6,10 +6,11 @@ class with the weights in place; `kt.models.save_pretrained(model, path)`
 writes one back. Both dispatch through `registry`: the config's
 `model_type` picks the module that loads, the model's class the one that
 saves (one module per family: `bert`, `gpt2`, `seq2seq` for Marian and
-BART, `vit`).
+BART, `vit`). A `.gguf` file is read by `gguf`.
 """
 
-from keras_transformer.pretrained import checkpoint, peft, registry  # noqa: F401 (peft registers the PEFT adapter format)
+from keras_transformer import _gguf
+from keras_transformer.pretrained import checkpoint, gguf, peft, registry  # noqa: F401 (peft registers the PEFT adapter format)
 
 
 def from_pretrained(path, dtype=None):
@@ -35,8 +36,14 @@ def from_pretrained(path, dtype=None):
     or transformers needed); a config asking for something we do not
     compute is refused, naming the key, before any weight is built.
 
+    A path ending in `.gguf` is a GGUF file (llama.cpp's; needs
+    `pip install "keras-transformer[gguf]"`): `llama` and `qwen2` files
+    give a `kt.models.Llama` computing what transformers computes of the
+    file, its Q8_0 and Q4_0 projections kept as int8 with blocks of 32
+    (see `kt.pretrained.gguf`).
+
     Args:
-        path: a local checkpoint folder.
+        path: a local checkpoint folder, or a `.gguf` file.
         dtype: None (float32 weights, whatever the files hold), or for
             Llama, Mistral and Qwen2 folders `"float32"`, `"bfloat16"` or
             `"float16"`: the model built under that dtype policy, its
@@ -47,7 +54,8 @@ def from_pretrained(path, dtype=None):
         Our model computing what the checkpoint computes.
 
     Raises:
-        FileNotFoundError: `path` has no `config.json` or no weights.
+        FileNotFoundError: `path` has no `config.json` or no weights, or
+            no GGUF file is at a `.gguf` path.
         ValueError: an unsupported `model_type` or configuration, tensors
             missing or of the wrong shape, or a `dtype` the family does not
             load in.
@@ -63,6 +71,8 @@ def from_pretrained(path, dtype=None):
         >>> type(kt.models.from_pretrained(folder)).__name__
         'BERT'
     """
+    if _gguf.is_gguf(path):
+        return gguf.load(path, dtype=dtype)
     path = checkpoint.check_folder(path)
     model_type = checkpoint.read_config(path).get("model_type")
     load = registry.loader(model_type, path)

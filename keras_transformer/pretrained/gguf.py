@@ -1,0 +1,304 @@
+"""GGUF files (llama.cpp's single-file checkpoints: what llama.cpp, Ollama
+and LM Studio download) -> `kt.models.Llama`, as transformers loads them
+(`AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)`).
+
+A GGUF file holds the config as metadata under llama.cpp's names and the
+tensors under its own. Loading builds the Hugging Face `config.json` of the
+metadata and the Hugging Face tensors of the file, then goes through
+`kt.pretrained.llama`'s `config_to_arguments` and `build`, as a folder does:
+
+- architectures (`general.architecture`): `llama` (a file named exactly
+  "mistral" is Mistral, as transformers reads it) and `qwen2`; another
+  architecture, an unknown metadata key of the architecture, or a tensor
+  we do not compute is refused by name before any tensor is read;
+- llama.cpp permutes the query and key rows of `llama` files for its
+  rotary code (`convert_hf_to_gguf.py`); the permutation is reversed, as
+  transformers reverses it (Qwen2 files are not permuted);
+- tensor types: F32, F16 and BF16 exactly; Q8_0 and Q4_0 projections are
+  kept as they are, losslessly, as our int8 with a scale per block of 32
+  input rows (their weights are integers times a scale per 32 weights
+  along the input), so memory stays small and the outputs are the
+  dequantized file's; the token embedding table, which our int8 layout
+  holds with one scale per row, is dequantized instead, as are Q4_1,
+  Q5_0, Q5_1, Q2_K..Q6_K tensors (`gguf.quants.dequantize`), into the
+  model's dtype. Another type is refused by name.
+
+Shape legend: O a projection's outputs, I its inputs, B its blocks of 32
+inputs (I / 32).
+"""
+
+import contextlib
+import gc
+
+import numpy as np
+
+from keras_transformer import _gguf
+from keras_transformer.layers.quantization import BlockConfig
+from keras_transformer.pretrained import checkpoint, llama
+
+ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+}
+# `{architecture}.{key}` of the metadata -> the config.json key, as
+# transformers maps them (None: read by nobody, as in transformers).
+CONFIG_KEYS = {
+    "context_length": "max_position_embeddings",
+    "block_count": "num_hidden_layers",
+    "feed_forward_length": "intermediate_size",
+    "embedding_length": "hidden_size",
+    "rope.dimension_count": "head_dim",
+    "rope.freq_base": "rope_theta",
+    "attention.head_count": "num_attention_heads",
+    "attention.head_count_kv": "num_key_value_heads",
+    "attention.layer_norm_rms_epsilon": "rms_norm_eps",
+    "vocab_size": "vocab_size",
+}
+# transformers reads no head size of Qwen2 files: hidden size / heads.
+IGNORED_KEYS = {"qwen2": ("rope.dimension_count",)}
+# Keys llama.cpp may write that must hold these values for us to compute
+# the file exactly (no rope scaling, no experts).
+NEUTRAL_KEYS = {
+    "rope.scaling.type": ("none",),
+    "expert_count": (0,),
+    "expert_used_count": (0,),
+}
+# llama.cpp's tensor names -> Hugging Face's (`blk.N.` -> `model.layers.N.`).
+TOP_TENSORS = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+BLOCK_TENSORS = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+EXACT = ("F32", "F16", "BF16")
+INT8 = ("Q8_0", "Q4_0")  # integers times a scale per block of 32
+DEQUANTIZED = ("Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+BLOCK = 32
+# Tensors kept as int8 only where our layer holds int8 blocks: not the
+# embedding table (a scale per row there).
+NOT_INT8 = ("model.embed_tokens.weight",)
+
+
+def read_config(path):
+    """The Hugging Face `config.json` dict of the GGUF file at `path`,
+    from its metadata alone (see `config_of`)."""
+    reader = _gguf.open_file(path)
+    return config_of(_gguf.metadata(reader), [t.name for t in reader.tensors], path)
+
+
+def config_of(metadata, tensor_names, path):
+    """The Hugging Face `config.json` of a GGUF file's `metadata` (as
+    transformers builds it), with the file's special token ids; a
+    ValueError naming what we do not compute."""
+    architecture = metadata.get("general.architecture")
+    if architecture not in ARCHITECTURES:
+        raise ValueError(
+            f"This GGUF file's architecture is not supported (supported: "
+            f"{sorted(ARCHITECTURES)}). Received: general.architecture="
+            f"{architecture!r} in {path!r}"
+        )
+    model_type = architecture
+    # transformers: llama.cpp writes Mistral as `llama`; a file whose name
+    # is "mistral" is read as Mistral (its sliding window by default).
+    if architecture == "llama" and metadata.get("general.name") == "mistral":
+        model_type = "mistral"
+    config = {"architectures": [ARCHITECTURES[model_type]], "model_type": model_type}
+    prefix = architecture + "."
+    for key, value in metadata.items():
+        if not key.startswith(prefix):
+            continue
+        name = key[len(prefix) :]
+        if name in IGNORED_KEYS.get(architecture, ()):
+            continue
+        if name in CONFIG_KEYS:
+            config[CONFIG_KEYS[name]] = value
+        elif name not in NEUTRAL_KEYS or value not in NEUTRAL_KEYS[name]:
+            raise ValueError(
+                f"This GGUF file's metadata key {key!r} is not one we compute "
+                f"(known: {sorted(prefix + k for k in CONFIG_KEYS)}). "
+                f"Received: {key}={value!r:.100} in {path!r}"
+            )
+    if "vocab_size" not in config:
+        config["vocab_size"] = len(metadata.get("tokenizer.ggml.tokens") or [])
+    config["tie_word_embeddings"] = "output.weight" not in tensor_names
+    for name, key in [
+        ("bos_token_id", "bos_token_id"),
+        ("eos_token_id", "eos_token_id"),
+        ("pad_token_id", "padding_token_id"),
+    ]:
+        config[name] = metadata.get(f"tokenizer.ggml.{key}")
+    return config
+
+
+def load(path, dtype=None):
+    """Our `Llama` of the GGUF file at `path`, weights in place (see the
+    module): `dtype` None or `"float32"`, `"bfloat16"` or `"float16"`
+    (the model built under that policy; dequantized tensors in it)."""
+    if dtype is not None and dtype not in llama.DTYPES:
+        raise ValueError(
+            f"`dtype` must be None or one of {list(llama.DTYPES)}. "
+            f"Received: dtype={dtype!r}"
+        )
+    reader = _gguf.open_file(path)
+    config = config_of(_gguf.metadata(reader), [t.name for t in reader.tensors], path)
+    arguments = llama.config_to_arguments(config)  # checks, before tensors
+    names = {t.name: _hf_name(t.name, path) for t in reader.tensors}
+    for tensor in reader.tensors:
+        kind = tensor.tensor_type.name
+        if kind not in EXACT + INT8 + DEQUANTIZED:
+            raise ValueError(
+                f"GGUF tensor type {kind} is not supported (supported: "
+                f"{list(EXACT + INT8 + DEQUANTIZED)}). Received: tensor "
+                f"{tensor.name!r} of type {kind} in {path!r}"
+            )
+    permute = _permutations(config)
+    dtype_np = checkpoint.numpy_dtype(dtype or "float32")
+    weights, blocks = {}, {}
+    for tensor in reader.tensors:
+        name = names[tensor.name]
+        order = permute.get(name, lambda w: w)
+        if tensor.tensor_type.name in INT8 and name not in NOT_INT8:
+            values, scales = _int8_blocks(tensor)
+            blocks[name] = order(values), order(scales)
+            # A placeholder for `build` to check and fill (no copy here).
+            weights[name] = np.broadcast_to(np.zeros((), dtype_np), values.shape)
+        else:
+            weights[name] = order(_dequantized(tensor)).astype(dtype_np, copy=False)
+    model = llama.build(arguments, weights, dtype)
+    _set_int8(model, blocks)
+    return model
+
+
+def _hf_name(name, path):
+    """The Hugging Face name of a llama.cpp tensor name, or a ValueError."""
+    if name in TOP_TENSORS:
+        return TOP_TENSORS[name]
+    parts = name.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit():
+        if parts[2] in BLOCK_TENSORS:
+            return f"model.layers.{parts[1]}.{BLOCK_TENSORS[parts[2]]}"
+    raise ValueError(
+        f"This GGUF file has a tensor we do not compute: {name!r} (rope "
+        f"frequency factors, experts and other tensors are not supported). "
+        f"Received in {path!r}"
+    )
+
+
+def _permutations(config):
+    """Hugging Face name -> the function undoing llama.cpp's permutation
+    of its rows (of a float matrix, int8 values or their scales): the
+    query and key projections of `llama` files, per head the rows
+    `(D/2, 2)` back to `(2, D/2)`, as transformers undoes it."""
+    if config["model_type"] == "qwen2":
+        return {}
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+
+    def unpermute(count):
+        def apply(w):
+            half = w.shape[0] // count // 2
+            w = w.reshape(count, half, 2, *w.shape[1:]).swapaxes(1, 2)
+            return w.reshape(count * half * 2, *w.shape[3:])
+
+        return apply
+
+    return {
+        f"model.layers.{i}.self_attn.{name}.weight": unpermute(count)
+        for i in range(config["num_hidden_layers"])
+        for name, count in [("q_proj", heads), ("k_proj", kv_heads)]
+    }
+
+
+def _dequantized(tensor):
+    """A tensor's values as float32 `(O, I)` (F16 and BF16 exactly)."""
+    from gguf.quants import dequantize
+
+    shape = tuple(int(n) for n in reversed(tensor.shape))  # ggml counts I first
+    return np.asarray(dequantize(tensor.data, tensor.tensor_type)).reshape(shape)
+
+
+def _int8_blocks(tensor):
+    """`(values, scales)` of a Q8_0 / Q4_0 tensor: int8 `(O, I)` and
+    float32 scales `(O, B)` such that each weight is `values / scale` of
+    its block (our int8 layout; llama.cpp's is `d * q`, so scale = 1 / d).
+
+    Q8_0 blocks are 34 bytes: `d` (float16), then 32 int8 `q`. Q4_0 blocks
+    are 18 bytes: `d`, then 16 bytes whose low halves are `q + 8` of the
+    block's first 16 weights and high halves of its last 16. A negative
+    `d` (Q4_0's usual sign) is moved onto the values; a zero `d` leaves
+    zeros with a scale of 1."""
+    outputs, inputs = int(tensor.shape[1]), int(tensor.shape[0])
+    blocks = inputs // BLOCK
+    data = np.asarray(tensor.data).reshape(outputs, blocks, -1)
+    d = data[..., :2].copy().view(np.float16)[..., 0].astype(np.float32)  # (O, B)
+    if tensor.tensor_type.name == "Q8_0":
+        q = data[..., 2:].view(np.int8).astype(np.int16)  # (O, B, 32)
+    else:
+        packed = data[..., 2:]
+        q = np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.int16) - 8
+    q = np.where((d < 0)[..., None], -q, q)
+    d = np.abs(d)
+    if q.min() < -128 or q.max() > 127:  # only a -128 of a negative Q8_0 scale
+        raise ValueError(
+            f"GGUF tensor {tensor.name!r} has a block that int8 cannot hold "
+            "(-128 with a negative scale)."
+        )
+    q = np.where((d == 0)[..., None], 0, q)
+    scales = np.where(d == 0, 1.0, 1.0 / np.where(d == 0, 1.0, d))
+    return q.reshape(outputs, inputs).astype(np.int8), scales.astype(np.float32)
+
+
+def _set_int8(model, blocks):
+    """Quantizes the layers of the `blocks` tensors (int8 with blocks of
+    32 rows) and sets their values and scales; the model then reports
+    `quantized_mode == "int8"`."""
+    if not blocks:
+        return
+    # The layer holding each pair's variable; its kernel is read as int8
+    # matrices once quantized (`kt.layers.quantization.Int8Matrix`).
+    owners = {
+        id(layer._kernel): layer
+        for layer in model._flatten_layers()
+        if hasattr(layer, "assign_int8")
+    }
+    with _one_collection():
+        for name, variable, _ in llama._pairs(model):
+            if name not in blocks:
+                continue
+            layer = owners[id(variable)]
+            values, scales = blocks[name]
+            layer.quantize("int8", config=BlockConfig(BLOCK))
+            layer.assign_int8(values.T, scales)  # (I, O): Keras' kernel layout
+    model._quantized_mode = "int8"
+    model._quantization_block_size = BLOCK
+
+
+@contextlib.contextmanager
+def _one_collection():
+    """Python's garbage collection run once on leaving, not per variable.
+
+    Keras' `Layer.__delattr__` runs `gc.collect()` after each variable it
+    removes, three per layer that `quantize` replaces (checked on Keras
+    3.15.1): with TensorFlow's objects in memory, about 0.3 s each, a minute
+    and more for a model of 200 projections."""
+    collect = gc.collect
+    gc.collect = lambda *args, **kwargs: 0
+    try:
+        yield
+    finally:
+        gc.collect = collect
+    gc.collect()
