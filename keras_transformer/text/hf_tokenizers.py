@@ -69,9 +69,13 @@ def tokenizer_from_pretrained(path):
         Llama-3 `tokenizer.json` a `kt.text.BytePairTokenizer`: the ids of
         transformers' tokenizer plus one (the folder's begin-of-text token
         first where it puts one; its added tokens typed in the text are
-        those tokens), and `detokenize` its `decode(...,
-        skip_special_tokens=True)`; both carry the folder's chat template
-        (`apply_chat_template`).
+        those tokens), and `detokenize` its `decode` (with
+        `skip_special_tokens` as there); both carry the folder's chat
+        template (`apply_chat_template`). A SentencePiece-BPE folder with
+        only a `tokenizer.json` gives a `kt.text.LlamaTokenizer` built
+        from it. GPT-2-style folders' added tokens that the vocabulary
+        lacks are matched whole (docs/llama.md, "Folders as hub
+        repositories carry them").
 
     Raises:
         FileNotFoundError: `path` has none of these files.

@@ -68,6 +68,8 @@ class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
     >>> tokenizer.id_to_token(int(ids[0]))
     '[START]'
     >>> tokenizer.detokenize(ids).numpy().decode()
+    '[START] c b a'
+    >>> tokenizer.detokenize(ids, skip_special_tokens=True).numpy().decode()
     'c b a'
     """
 
