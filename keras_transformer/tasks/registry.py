@@ -8,8 +8,11 @@ import os
 
 import keras
 
-from keras_transformer.pretrained import checkpoint, registry
+from keras_transformer import _gguf
+from keras_transformer.models import from_pretrained as model_from_pretrained
+from keras_transformer.pretrained import checkpoint, gguf, registry
 from keras_transformer.tasks.base import Task, check_keras_path
+from keras_transformer.text import tokenizer_from_pretrained
 
 
 def task_classes():
@@ -39,7 +42,8 @@ def from_pretrained(path, dtype=None):
 
     Args:
         path: a local checkpoint folder (`config.json`, weights, tokenizer
-            files).
+            files), or a `.gguf` file (a `TextGenerator` of its model and
+            tokenizer, ending at the file's end-of-text token).
         dtype: None (float32), or `"bfloat16"`/`"float16"`/`"float32"` for
             Llama, Mistral and Qwen2 folders (see `kt.models.from_pretrained`).
 
@@ -51,6 +55,8 @@ def from_pretrained(path, dtype=None):
         ValueError: no task serves the folder's `architectures` (the error
             lists those served), before any weight is read.
     """
+    if _gguf.is_gguf(path):
+        return _from_gguf(path, dtype)
     path = checkpoint.check_folder(path)
     config = checkpoint.read_config(path)
     cls = task_class(registry.architecture(config))
@@ -62,6 +68,16 @@ def from_pretrained(path, dtype=None):
             f"(path={path!r})"
         )
     return cls.from_pretrained(path, dtype=dtype)
+
+
+def _from_gguf(path, dtype):
+    """The task of a GGUF file: its architecture's class, its model and
+    tokenizer, the `config.json` of its metadata (`eos_token_id` the
+    file's), and no `generation_config.json`."""
+    config = gguf.read_config(path)
+    cls = task_class(registry.architecture(config))
+    model = model_from_pretrained(path, dtype=dtype)
+    return cls._from_folder(model, tokenizer_from_pretrained(path), config, path)
 
 
 def load(path):

