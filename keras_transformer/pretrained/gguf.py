@@ -57,6 +57,9 @@ CONFIG_KEYS = {
 }
 # transformers reads no head size of Qwen2 files: hidden size / heads.
 IGNORED_KEYS = {"qwen2": ("rope.dimension_count",)}
+# Keys transformers does not read; they must state the head size it
+# computes (`head_dim`, else hidden size / heads).
+HEAD_SIZE_KEYS = ("attention.key_length", "attention.value_length")
 # Keys llama.cpp may write that must hold these values for us to compute
 # the file exactly (no rope scaling, no experts).
 NEUTRAL_KEYS = {
@@ -126,11 +129,22 @@ def config_of(metadata, tensor_names, path):
             continue
         if name in CONFIG_KEYS:
             config[CONFIG_KEYS[name]] = value
+        elif name in HEAD_SIZE_KEYS:
+            continue
         elif name not in NEUTRAL_KEYS or value not in NEUTRAL_KEYS[name]:
             raise ValueError(
                 f"This GGUF file's metadata key {key!r} is not one we compute "
                 f"(known: {sorted(prefix + k for k in CONFIG_KEYS)}). "
                 f"Received: {key}={value!r:.100} in {path!r}"
+            )
+    heads = config.get("num_attention_heads") or 1
+    size = config.get("head_dim") or config.get("hidden_size", 0) // heads
+    for name in HEAD_SIZE_KEYS:
+        if metadata.get(prefix + name, size) != size:
+            raise ValueError(
+                f"This GGUF file's head size differs from the one transformers "
+                f"computes ({size}). Received: {prefix + name}="
+                f"{metadata[prefix + name]!r} in {path!r}"
             )
     if "vocab_size" not in config:
         config["vocab_size"] = len(metadata.get("tokenizer.ggml.tokens") or [])

@@ -285,7 +285,10 @@ def write_file(file, architecture="llama", kinds=None, metadata=None, extra=()):
         writer.add_uint32(f"{architecture}.{key}", value)
     writer.add_float32(f"{architecture}.attention.layer_norm_rms_epsilon", 1e-5)
     for key, value in (metadata or {}).items():
-        writer.add_string(key, value)
+        if isinstance(value, int):
+            writer.add_uint32(key, value)
+        else:
+            writer.add_string(key, value)
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list(list(kt.text.bytes_to_unicode().values()))
     writer.add_token_merges([])
@@ -318,9 +321,19 @@ def no_tensor_reads(monkeypatch):
 
 
 def test_a_tiny_written_file_loads(tmp_path):
-    file = write_file(tmp_path / "tiny.gguf", kinds={"blk.0.ffn_down.weight": "Q4_0"})
+    file = write_file(
+        tmp_path / "tiny.gguf",
+        kinds={"blk.0.ffn_down.weight": "Q4_0", "blk.0.attn_v.weight": "Q8_0"},
+        metadata={"llama.attention.key_length": 16},  # the head size: read
+    )
     model = kt.models.from_pretrained(file)
     assert model.blocks[0].feedforward.down.quantization_mode == "int8"
+    # 32 inputs: one block, a scale per output (Keras' layout), still exact.
+    value = model.blocks[0].attention.value_dense
+    assert value.quantization_mode == "int8"
+    tensor = next(t for t in gguf.GGUFReader(file).tensors if "attn_v" in t.name)
+    weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).reshape(32, 32)
+    np.testing.assert_allclose(np.asarray(value.dequantized()), weight.T, rtol=1e-6)
     assert model.tie_word_embeddings
     assert tuple(model(np.array([[1, 2, 3]])).shape) == (1, 3, 257)
 
@@ -336,6 +349,10 @@ def test_a_tiny_written_file_loads(tmp_path):
             "'llama.rope.scaling.type'",
         ),
         (dict(extra={"rope_freqs.weight": (8,)}), "'rope_freqs.weight'"),
+        (
+            dict(metadata={"llama.attention.key_length": 8}),
+            "llama.attention.key_length=8",
+        ),
     ],
 )
 def test_refused_by_name_before_tensors_are_read(
