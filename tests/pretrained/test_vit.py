@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from tests.helpers import to_numpy
+from tests.helpers import reference_import, to_numpy
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
 TINY = os.path.join(HF, "vit_tiny")
@@ -151,10 +151,8 @@ def test_save_pretrained_round_trips_with_identical_logits(tiny, tmp_path):
 
 
 def test_save_pretrained_loads_in_transformers_with_identical_logits(tiny, tmp_path):
-    transformers = pytest.importorskip(
-        "transformers", reason="the reference library is not a test dependency"
-    )
-    torch = pytest.importorskip("torch")
+    transformers = reference_import("transformers")
+    torch = reference_import("torch")
     folder = kt.models.save_pretrained(tiny, tmp_path / "ours")
     theirs = transformers.ViTForImageClassification.from_pretrained(folder).eval()
     ref = reference()

