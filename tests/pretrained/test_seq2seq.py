@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from tests.helpers import reference_import
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "hf")
 FAMILIES = ["marian_tiny", "bart_tiny"]
@@ -285,7 +286,7 @@ def test_export_serves_transformers_outputs(
     """The SavedModel (TensorFlow and tensorflow-text only) gives the text of
     transformers' generate with the checkpoint's settings: beam search, and
     an empty source and one over the maximum length among the inputs."""
-    from tests.helpers import reference_import, run_export_test
+    from tests.helpers import run_export_test
 
     model, source, target = loaded[name]
     if export == "translator":
