@@ -376,7 +376,15 @@ class TextGenerator(Task):
             rows, ends, max_new_tokens, sampler, seed, stops, chunk_size
         ):
             text = text_stream.stable(found[0], stops, finished[0])
-            if len(text) > len(sent) and text.startswith(sent):
+            if not text.startswith(sent):
+                # The text so far no longer extends what was sent: a piece
+                # already out would be wrong. Never silently stop yielding.
+                raise RuntimeError(
+                    "A streamed text changed after it was sent: the tokenizer "
+                    f"decoded {sent!r} and then {text!r}. Please report this "
+                    "with the tokenizer and the prompt."
+                )
+            if len(text) > len(sent):
                 yield text[len(sent) :]
                 sent = text
 

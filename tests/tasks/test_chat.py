@@ -50,7 +50,10 @@ def test_a_qwen2_folder_is_a_text_generator_whose_chat_is_the_hand_wired_path(
     eos = chatter.tokenizer.token_to_id("<|im_end|>")
     reply = chatter.chat(MESSAGES, max_new_tokens=8)
     assert reply == hand_wired(chatter, MESSAGES, 8, [eos])
-    assert "".join(chatter.chat(MESSAGES, max_new_tokens=8, stream=True)) == reply
+    pieces = list(
+        chatter.chat(MESSAGES, max_new_tokens=8, stream=True, stream_chunk_size=1)
+    )
+    assert len(pieces) > 1 and "".join(pieces) == reply
     # The prompt is the template's rendering, tokenized as transformers does.
     rendered = chatter.tokenizer.apply_chat_template(MESSAGES)
     assert rendered.endswith("<|im_start|>assistant\n")

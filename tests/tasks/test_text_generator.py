@@ -346,8 +346,13 @@ def test_several_end_tokens(generator, tmp_path):
             continue
         task, _ = scripted(generator, text, end_token=end_token)
         assert task.generate("W", max_new_tokens=len(ids) - 1) == expected
-        streamed = task.generate("W", max_new_tokens=len(ids) - 1, stream=True)
+        streamed = list(
+            task.generate(
+                "W", max_new_tokens=len(ids) - 1, stream=True, stream_chunk_size=1
+            )
+        )
         assert "".join(streamed) == expected
+        assert len(streamed) > 1 or len(expected) <= 1  # pieces were joined
     task, _ = scripted(generator, text, end_token=[".", m])
     assert task.end_token == [".", "M"] and task.end_token_id == (dot, m)
     several = kt.tasks.TextGenerator(
@@ -452,3 +457,46 @@ def test_generation_config_json_gives_the_defaults(generator, tmp_path):
         kt.tasks.TextGenerator(
             task.model, task.tokenizer, generation_config={"min_p": 1}
         )
+
+
+def test_a_stream_whose_text_changes_after_it_was_sent_raises(generator, monkeypatch):
+    # A tokenizer whose text so far stops extending what was sent: the
+    # stream raises instead of silently sending nothing more.
+    task, ids = scripted(generator, " the end. More")
+    calls = iter(range(100))
+
+    def shifting(tokenizer, ids, prompts=None):
+        return ["ab" if next(calls) == 0 else "xy" for _ in ids]
+
+    monkeypatch.setattr(kt.tasks.text_stream, "texts", shifting)
+    stream = task.generate("W", max_new_tokens=4, stream=True, stream_chunk_size=1)
+    with pytest.raises(RuntimeError, match="'ab' and then 'xy'"):
+        list(stream)
+
+
+def test_a_byte_fallback_stream_sends_whole_characters():
+    # CJK and emoji on a SentencePiece tokenizer are byte-fallback pieces:
+    # streamed one token per piece, no piece splits a character and the
+    # pieces join to the text.
+    tokenizer = kt.text.tokenizer_from_pretrained(
+        os.path.join(HF, "tokenizers", "llama_sp")
+    )
+    text = "Hello 猫 and 🙂 too"
+    ids = tokenizer.tokenize([text]).to_list()[0]
+    prompt = len(tokenizer.tokenize(["Hello"]).to_list()[0])
+    assert sum(tokenizer.id_to_token(i).startswith("<0x") for i in ids) >= 7
+    task = kt.tasks.TextGenerator(
+        ScriptedLM(ids, tokenizer.vocabulary_size()), tokenizer, end_token=None
+    )
+    new = len(ids) - prompt
+    pieces = list(
+        task.generate("Hello", max_new_tokens=new, stream=True, stream_chunk_size=1)
+    )
+    assert (
+        "".join(pieces)
+        == " 猫 and 🙂 too"
+        == task.generate("Hello", max_new_tokens=new)
+    )
+    assert not any("\ufffd" in piece for piece in pieces)
+    assert "猫" in pieces or " 猫" in pieces  # sent once its last byte is out
+    assert len(pieces) > 5
