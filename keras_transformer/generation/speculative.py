@@ -80,7 +80,7 @@ def speculative_decode_function(
         def sample(probs, seed):
             if greedy:  # one-hot: its argmax, without drawing
                 return tf.argmax(probs, axis=-1, output_type=tf.int32)
-            return _sample(probs, seed)
+            return draw(probs, seed)
 
         def distribution(logits, written, index):
             """The sampler's probabilities for position `index`, given the
@@ -150,24 +150,14 @@ def speculative_decode_function(
                 axis=1,
             )  # (B, K + 1, V)
 
-            # Leviathan et al.'s rule: keep d with probability min(1, p/q).
-            chosen = tf.one_hot(proposed, vocabulary)  # (B, K, V)
-            p_d = tf.reduce_sum(p[:, :k] * chosen, -1)
-            q_d = tf.reduce_sum(q * chosen, -1)
             uniform = tf.random.stateless_uniform([batch, k], seeds(k))
-            kept = tf.cast(uniform * q_d < p_d, tf.int32)
-            kept = tf.reduce_sum(tf.math.cumprod(kept, axis=1), axis=1)  # (B,)
+            kept = accepted(p, q, proposed, uniform)
             kept = tf.where(done, k, kept)
             m = tf.reduce_min(kept)  # every row keeps m proposals
 
             # Position index + m: the next proposal where a row kept it,
-            # else a draw from the residual max(0, p - q) (from p after K).
-            p_m = tf.gather(p, m, axis=1)  # (B, V)
-            q_m = tf.gather(q, tf.minimum(m, k - 1), axis=1)
-            residual = tf.where(m < k, tf.maximum(p_m - q_m, 0.0), p_m)
-            total = tf.reduce_sum(residual, -1, keepdims=True)
-            residual = tf.where(total > 0, residual, p_m)  # rounding only
-            own = sample(residual, seeds(k + 1))
+            # else a draw from the residual (from p after K).
+            own = sample(residual(p, q, tf.fill([batch], m)), seeds(k + 1))
             next_proposal = tf.gather(proposed, tf.minimum(m, k - 1), axis=1)
             last = tf.where(kept > m, next_proposal, own)
 
@@ -259,7 +249,53 @@ def lookup(tokens, index, k, max_ngram_size):
     return tf.where(found[:, None], proposed, 0)
 
 
-def _sample(probs, seed):
+def accepted(p, q, proposed, uniform):
+    """Leviathan et al.'s rule: how many leading proposals each row keeps.
+
+    Proposal `d` at position j is kept when `uniform[:, j] * q(d) < p(d)`,
+    that is with probability min(1, p(d) / q(d)); a row keeps its proposals
+    up to its first refusal.
+
+    Args:
+        p: float `(B, K + 1, V)`, the target's distributions at the K
+            proposed positions and the one after them.
+        q: float `(B, K, V)`, the distributions the proposals were drawn from.
+        proposed: int32 `(B, K)`.
+        uniform: float `(B, K)`, uniform draws in [0, 1).
+
+    Returns:
+        int32 `(B,)`, from 0 to K.
+    """
+    k = proposed.shape[1]
+    chosen = tf.one_hot(proposed, tf.shape(q)[-1], dtype=q.dtype)  # (B, K, V)
+    p_d = tf.reduce_sum(p[:, :k] * chosen, -1)
+    q_d = tf.reduce_sum(q * chosen, -1)
+    kept = tf.cast(uniform * q_d < p_d, tf.int32)
+    return tf.reduce_sum(tf.math.cumprod(kept, axis=1), axis=1)
+
+
+def residual(p, q, m):
+    """The distribution a row draws position `m` from after keeping `m`
+    proposals: norm(max(0, p_m - q_m)) after a refusal (m < K), p_K when all
+    K were kept. Kept proposals and this draw together are distributed as
+    p (Leviathan et al., Theorem 1).
+
+    Args:
+        p: float `(B, K + 1, V)`; q: float `(B, K, V)`, as for `accepted`.
+        m: int32 `(B,)`, the proposals each row kept.
+
+    Returns:
+        float `(B, V)`, unnormalized (as `draw` takes it).
+    """
+    k = q.shape[1]
+    p_m = tf.gather(p, m, axis=1, batch_dims=1)  # (B, V)
+    q_m = tf.gather(q, tf.minimum(m, k - 1), axis=1, batch_dims=1)
+    left = tf.where((m < k)[:, None], tf.maximum(p_m - q_m, 0.0), p_m)
+    total = tf.reduce_sum(left, -1, keepdims=True)
+    return tf.where(total > 0, left, p_m)  # rounding only
+
+
+def draw(probs, seed):
     """One id per row drawn from `probs` `(B, V)` (an argmax when one-hot)."""
     logits = tf.where(probs > 0, tf.math.log(probs), -float("inf"))
     return tf.cast(tf.random.stateless_categorical(logits, 1, seed)[:, 0], tf.int32)

@@ -1,6 +1,8 @@
 """Speculative and prompt-lookup decoding: exactly plain greedy decoding, the
 target's distribution when sampling, and bad input refused."""
 
+import collections
+
 import keras
 import numpy as np
 import pytest
@@ -9,7 +11,7 @@ from scipy import stats
 
 import keras_transformer as kt
 from keras_transformer.generation.decode import compiled_speculative_fn
-from keras_transformer.generation.speculative import lookup
+from keras_transformer.generation.speculative import accepted, draw, lookup, residual
 from tests.helpers import spread_weights
 
 VOCABULARY = 40
@@ -276,22 +278,94 @@ def small_vocabulary():
     return target, tiny_gpt(1, 8, seed=4, vocabulary=6, scale=0.6)
 
 
+def exact_outcomes(p, q):
+    """The exact probability of each outcome of one verification step, for
+    proposals drawn independently from `q` `(K, V)` and a target `p`
+    `(K + 1, V)`: the row keeps j proposals d_0 .. d_{j-1} (each with
+    probability min(q_i(d_i), p_i(d_i))) and then draws x, from the residual
+    max(0, p_j - q_j) after the refusal at j < K (the refusal's probability
+    folded in), or from p_K after all K. Keyed by `(d_0, .., d_{j-1}, x)`."""
+    k, vocabulary = q.shape
+    outcomes = {}
+    for j in range(k + 1):
+        last = p[k] if j == k else np.maximum(p[j] - q[j], 0.0)
+        for kept in np.ndindex(*[vocabulary] * j):
+            keep = np.prod([min(q[i, d], p[i, d]) for i, d in enumerate(kept)])
+            for x in range(vocabulary):
+                outcomes[(*kept, x)] = keep * last[x]
+    return outcomes
+
+
+def verify_rows(p, q, rows, seed=0):
+    """One verification step on `rows` rows sharing `p` and `q`: proposals
+    drawn from `q` in numpy, then `accepted`, `residual` and the draw the
+    decode loop makes. Returns each row's outcome `(d_0, .., d_{j-1}, x)`."""
+    k, vocabulary = q.shape
+    rng = np.random.default_rng(seed)
+    proposed = np.stack(
+        [rng.choice(vocabulary, size=rows, p=q[i]) for i in range(k)], 1
+    ).astype("int32")
+    uniform = rng.uniform(size=(rows, k)).astype("float32")
+    p_rows = tf.constant(np.repeat(p[None], rows, 0), tf.float32)
+    q_rows = tf.constant(np.repeat(q[None], rows, 0), tf.float32)
+    kept = accepted(p_rows, q_rows, tf.constant(proposed), tf.constant(uniform))
+    drawn = draw(residual(p_rows, q_rows, kept), tf.constant([seed, 1]))
+    return [
+        (*proposed[r, :j], x)
+        for r, (j, x) in enumerate(zip(kept.numpy(), drawn.numpy(), strict=True))
+    ]
+
+
+def outcome_p_value(outcomes, exact):
+    cells = [cell for cell, probability in exact.items() if probability > 0]
+    counts = collections.Counter(outcomes)
+    assert set(counts) <= set(cells)  # nothing impossible happens
+    observed = np.array([counts[c] for c in cells], "float64")
+    expected = np.array([exact[c] for c in cells]) * len(outcomes)
+    big = expected >= 5  # cells too rare for the test are pooled
+    if not big.all():
+        observed = np.append(observed[big], observed[~big].sum())
+        expected = np.append(expected[big], expected[~big].sum())
+    return stats.chisquare(observed, expected).pvalue
+
+
+def random_distributions(rng, shape, zeros=0):
+    logits = rng.normal(size=shape) * 1.5
+    logits[..., :zeros] = -np.inf  # tokens a distribution never gives
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("proposer", ["draft", "lookup"])
+def test_one_verification_step_is_distributed_as_the_exact_rule(proposer):
+    """30,000 rows at once through `accepted` and `residual`: every outcome
+    (kept proposals, then the row's own draw) as often as Leviathan et al.'s
+    rule gives; p and q differ enough that each branch is common. Prompt
+    lookup's q is one-hot on its (deterministic) proposals."""
+    k, vocabulary = 2, 4
+    rng = np.random.default_rng(7)
+    p = random_distributions(rng, (k + 1, vocabulary), zeros=1)
+    if proposer == "draft":
+        q = random_distributions(rng, (k, vocabulary))
+    else:
+        q = np.eye(vocabulary)[[2, 3]]
+    exact = exact_outcomes(p, q)
+    assert sum(exact.values()) == pytest.approx(1.0)
+    outcomes = verify_rows(p, q, 30000)
+    assert outcome_p_value(outcomes, exact) > 1e-3
+    # The first token is distributed as p_0, whatever was proposed.
+    first = np.bincount([o[0] for o in outcomes], minlength=vocabulary)
+    assert stats.chisquare(first[1:], p[0, 1:] * len(outcomes)).pvalue > 1e-3
+    assert first[0] == 0
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "settings",
-    [
-        # K = 1 and two new tokens: when the proposal is kept, the second
-        # token is the bonus draw from p, which the test then sees (a
-        # residual max(p - q, 0) there fails it: p-values 2e-17 and 1e-284).
-        {"draft_model": "draft", "num_speculative_tokens": 1},
-        {"prompt_lookup_num_tokens": 1, "prompt_lookup_max_ngram_size": 1},
-    ],
-    ids=["draft", "prompt_lookup"],
-)
-def test_sampling_follows_the_target_distribution(small_vocabulary, settings):
+def test_sampling_follows_the_target_distribution(small_vocabulary):
+    """End to end through `generate` with a draft, K = 1 and two new tokens:
+    when the proposal is kept, the second token is the bonus draw from p,
+    which the test then sees."""
     target, draft = small_vocabulary
-    settings = {k: draft if v == "draft" else v for k, v in settings.items()}
-    prompt = np.array([4, 3, 4, 4, 3, 4, 3], "int32")  # lookup proposes 4
+    prompt = np.array([4, 3, 4, 4, 3, 4, 3], "int32")
     joint = two_token_distribution(target, prompt, temperature=0.8)
     # One row a call: the whole batch keeps the fewest proposals any row
     # keeps, so with many rows the bonus draw would hardly ever be seen.
@@ -299,23 +373,22 @@ def test_sampling_follows_the_target_distribution(small_vocabulary, settings):
         [
             kt.generation.generate(
                 target, prompt[None], 2, "temperature", temperature=0.8, seed=s,
-                **settings,
+                draft_model=draft, num_speculative_tokens=1,
             )[:, -2:]
-            for s in range(2400)
+            for s in range(1200)
         ]
     )  # fmt: skip
     assert chi_square_p_value(samples, joint) > 1e-3
     # The test has power: the draft's own samples are told apart.
-    if "draft_model" in settings:
-        wrong = kt.generation.generate(
-            draft,
-            np.repeat(prompt[None], len(samples), 0),
-            2,
-            "temperature",
-            temperature=0.8,
-            seed=0,
-        )[:, -2:]
-        assert chi_square_p_value(wrong, joint) < 1e-6
+    wrong = kt.generation.generate(
+        draft,
+        np.repeat(prompt[None], len(samples), 0),
+        2,
+        "temperature",
+        temperature=0.8,
+        seed=0,
+    )[:, -2:]
+    assert chi_square_p_value(wrong, joint) < 1e-6
 
 
 def test_distributions_are_what_next_token_draws_from():
