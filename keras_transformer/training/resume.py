@@ -3,7 +3,8 @@
 Layout of a run directory:
 
     backup/              keras.callbacks.BackupAndRestore: weights, optimizer
-                         state (step count included) and the epoch reached
+                         state (step count included) and the epoch reached,
+                         the previous backup's too while a new one is written
     random_state.json    dropout random states of the last two backups
     model.keras          the whole model after every epoch
 
@@ -14,6 +15,18 @@ Under a multi-worker strategy the directory is worker 0's: every worker
 restores from it, and only worker 0 writes it. The other workers still save
 whenever worker 0 does (a save can need every worker), into a temporary
 folder that is deleted once written.
+
+Test-only crash points. The kill-and-resume tests set these environment
+variables in one worker's environment, to kill it at a chosen moment rather
+than at one a timer picks; nothing else should set them:
+
+    KT_TEST_KILL_AT_STEP=N     the process exits (`os._exit`, no clean-up,
+                               like SIGKILL) right after global step N;
+    KT_TEST_KILL_IN_BACKUP=E   it exits while writing the backup of epoch E,
+                               its new weights written and not yet the
+                               epoch they belong to.
+
+Either exits with code `TEST_KILL_EXIT_CODE`.
 """
 
 import contextlib
@@ -31,8 +44,15 @@ from keras_transformer.training import multi_worker
 BACKUP = "backup"
 RANDOM_STATE = "random_state.json"
 CHECKPOINT = "model.keras"
-# Written by keras.callbacks.BackupAndRestore next to its weights.
-_BACKUP_METADATA = "training_metadata.json"
+# `(weights, epoch)` files of the latest backup, then of the previous one
+# (the weights' names must end in ".weights.h5" for Keras to load them).
+_BACKUPS = (
+    ("latest.weights.h5", "training_metadata.json"),
+    ("previous.weights.h5", "previous_training_metadata.json"),
+)
+KILL_AT_STEP = "KT_TEST_KILL_AT_STEP"
+KILL_IN_BACKUP = "KT_TEST_KILL_IN_BACKUP"
+TEST_KILL_EXIT_CODE = 86
 
 
 def resumable_callbacks(directory):
@@ -78,13 +98,16 @@ def resumable_callbacks(directory):
     """
     _check_directory(directory)
     backup = os.path.join(directory, BACKUP)
-    return [
+    callbacks = [
         # Before BackupAndRestore: at an epoch end the random states of the
         # new backup are written first, so every backup has its states.
         _RandomStateBackup(os.path.join(directory, RANDOM_STATE), backup),
         BackupAndRestore(backup),
         ModelCheckpoint(os.path.join(directory, CHECKPOINT)),
     ]
+    if os.environ.get(KILL_AT_STEP):  # test-only (module docstring)
+        callbacks.append(_KillAtStep(_test_kill_point(KILL_AT_STEP)))
+    return callbacks
 
 
 def resume_epoch(directory):
@@ -133,28 +156,37 @@ def _written_by_chief(callback, *attributes):
 
 
 class BackupAndRestore(keras.callbacks.BackupAndRestore):
-    """`keras.callbacks.BackupAndRestore` that only worker 0 writes to (and
-    deletes at the end) under a multi-worker strategy; every worker restores
-    from its backup."""
+    """`keras.callbacks.BackupAndRestore` whose backup survives a crash while
+    it is written, and that only worker 0 writes to (and deletes at the end)
+    under a multi-worker strategy; every worker restores from its backup.
+
+    Keras writes the new weights over the last backup's, then the epoch they
+    belong to: a process killed between the two leaves new weights under the
+    old epoch, and the restarted run trains an epoch twice. Here a backup is
+    complete once its epoch file is written (atomically, last), and the
+    previous complete backup is kept until then: its weights are copied to
+    `previous.weights.h5` and its epoch file moved (atomically) to
+    `previous_training_metadata.json` before the new weights are written. A
+    run restores the latest complete backup and repairs nothing: the next
+    backup does.
+    """
+
+    def __init__(self, backup_dir):
+        super().__init__(backup_dir)
+        self._prev_weights_path, self._prev_training_metadata_path = (
+            os.path.join(backup_dir, name) for name in _BACKUPS[1]
+        )
 
     def on_train_begin(self, logs=None):
-        if multi_worker.is_chief(self.model.distribute_strategy):
-            return super().on_train_begin(logs)
-        # Another worker only reads worker 0's files, never repairs them:
-        # latest weights that cannot be read (worker 0 died writing them)
-        # are read from the previous backup, as worker 0's repair makes them.
+        complete = _complete_backup(self.backup_dir)
+        if complete is None:
+            return
+        latest = self._weights_path, self._training_metadata_path
+        self._weights_path, self._training_metadata_path = complete
         try:
             self._load_model()
-        except OSError:
-            if not os.path.exists(self._prev_weights_path):
-                raise
-            latest = self._weights_path, self._training_metadata_path
-            self._weights_path = self._prev_weights_path
-            self._training_metadata_path = self._prev_training_metadata_path
-            try:
-                self._load_model()
-            finally:
-                self._weights_path, self._training_metadata_path = latest
+        finally:
+            self._weights_path, self._training_metadata_path = latest
 
     def _save_model(self):
         with _written_by_chief(
@@ -165,7 +197,21 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             "_prev_weights_path",
             "_prev_training_metadata_path",
         ):
-            super()._save_model()
+            os.makedirs(self.backup_dir, exist_ok=True)
+            if os.path.exists(self._training_metadata_path):
+                # Keep the complete backup until the new one is.
+                shutil.copyfile(self._weights_path, self._prev_weights_path)
+                os.replace(
+                    self._training_metadata_path, self._prev_training_metadata_path
+                )
+            self.model.save_weights(self._weights_path, overwrite=True)
+            if _test_kill_point(KILL_IN_BACKUP) == self._current_epoch:
+                os._exit(TEST_KILL_EXIT_CODE)
+            metadata = {"epoch": self._current_epoch, "batch": self._last_batch_seen}
+            temporary = self._training_metadata_path + ".tmp"
+            with open(temporary, "w") as file:
+                json.dump(metadata, file)
+            os.replace(temporary, self._training_metadata_path)
 
     def on_train_end(self, logs=None):
         if multi_worker.is_chief(self.model.distribute_strategy):
@@ -246,13 +292,48 @@ class _RandomStateBackup(keras.callbacks.Callback):
             return json.load(file)
 
 
+def _complete_backup(backup_dir):
+    """`(weights, metadata)` paths of the latest complete backup in
+    `backup_dir` (the previous one if the latest was being written), or
+    None."""
+    for weights, metadata in _BACKUPS:
+        if os.path.exists(os.path.join(backup_dir, metadata)):
+            return os.path.join(backup_dir, weights), os.path.join(backup_dir, metadata)
+    return None
+
+
 def _backup_epoch(backup_dir):
-    """The epoch recorded by `BackupAndRestore` in `backup_dir`, or None."""
-    path = os.path.join(backup_dir, _BACKUP_METADATA)
-    if not os.path.exists(path):
+    """The epoch of the latest complete backup in `backup_dir`, or None."""
+    complete = _complete_backup(backup_dir)
+    if complete is None:
         return None
-    with open(path) as file:
+    with open(complete[1]) as file:
         return int(json.load(file)["epoch"])
+
+
+class _KillAtStep(keras.callbacks.Callback):
+    """Test-only: exits the process right after global step `step`."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == self.step:
+            os._exit(TEST_KILL_EXIT_CODE)
+
+
+def _test_kill_point(name):
+    """The positive integer of the test-only variable `name`, or None."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(
+            f"`{name}` (test-only) must be a positive integer. Received: "
+            f"{name}={value!r}"
+        )
+    return int(value)
 
 
 def _check_directory(directory):

@@ -1,7 +1,8 @@
 """What the scale tests share: tiny versions of the three families,
 padding-heavy fixed-shape data, the float32 run the mixed-precision and XLA
-runs are compared with, a train-step trace counter, and starting the scripts
-of `scripts/` in fresh processes.
+runs are compared with, a train-step trace counter, starting the scripts of
+`scripts/` in fresh processes, and running a multi-worker cluster of them on
+127.0.0.1.
 
 Each family is `(build, data)`: `build()` returns an uncompiled model with
 dropout 0, `data(num, seed)` returns `(features, labels)` with labels 0 at
@@ -10,10 +11,14 @@ padding. Batches have one fixed shape, so a train step compiles once.
 
 import contextlib
 import functools
+import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import keras
 import numpy as np
@@ -213,3 +218,85 @@ def finish(process, timeout, returncode=0):
         ) from None
     assert process.returncode == returncode, stderr[-3000:]
     return stdout
+
+
+# What a worker prints when its port was taken between `free_port()` and its
+# gRPC server's start (TensorFlow's server cannot share a reserved socket).
+PORT_CLASH = "Could not start gRPC server"
+
+
+class _PortClash(Exception):
+    pass
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cluster(start_worker, count, timeout, returncodes=None, tries=3):
+    """Runs a cluster of `count` workers on 127.0.0.1 and returns each one's
+    `(stdout, stderr)`.
+
+    `start_worker(tf_config, index)` starts worker `index` with its
+    TF_CONFIG (JSON text) and returns its `subprocess.Popen` (pipes for both
+    outputs). `returncodes[index]` is the exit code worker `index` must end
+    with (default 0); None: any, and the worker is killed once the others
+    have ended (it waits for a dead peer). As soon as a worker ends with
+    another code, or after `timeout` seconds, every worker is killed and the
+    test fails. A worker whose port was taken (the race of `free_port`)
+    restarts the whole cluster on new ports, `tries` times at most.
+    """
+    returncodes = returncodes or [0] * count
+    for _ in range(tries):
+        workers = [f"127.0.0.1:{free_port()}" for _ in range(count)]
+        processes = []
+        for index in range(count):
+            config = {"cluster": {"worker": workers},
+                      "task": {"type": "worker", "index": index}}  # fmt: skip
+            processes.append(start_worker(json.dumps(config), index))
+        try:
+            return _finish_cluster(processes, timeout, returncodes)
+        except _PortClash:
+            continue
+    raise AssertionError(f"{tries} clusters lost a port to another process")
+
+
+def _finish_cluster(processes, timeout, returncodes):
+    outputs = [None] * len(processes)
+
+    def communicate(index):
+        outputs[index] = processes[index].communicate()
+
+    threads = [threading.Thread(target=communicate, args=(i,)) for i in
+               range(len(processes))]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    failed = None
+    try:
+        awaited = [i for i, code in enumerate(returncodes) if code is not None]
+        while any(threads[i].is_alive() for i in awaited):
+            ended = [i for i in awaited if not threads[i].is_alive()]
+            failed = next((i for i in ended if processes[i].returncode !=
+                           returncodes[i]), None)  # fmt: skip
+            if failed is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+        for thread in threads:
+            thread.join()
+    if any(PORT_CLASH in stderr for _, stderr in outputs):
+        raise _PortClash
+    for index, (process, code) in enumerate(zip(processes, returncodes, strict=True)):
+        if code is not None and process.returncode != code:
+            raise AssertionError(
+                f"worker {index} ended with {process.returncode}, not {code}"
+                f"{' (timed out)' if failed is None else ''}:\n"
+                f"{outputs[index][1][-3000:]}"
+            )
+    return outputs

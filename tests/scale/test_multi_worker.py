@@ -1,65 +1,44 @@
 """`model.fit` under MultiWorkerMirroredStrategy: two worker processes on
 127.0.0.1, each with its own TF_CONFIG (scripts/multi_worker.py), compared
-with a 1-worker run and with each other, and a run whose worker 1 is
-SIGKILLed mid-epoch and restarted."""
+with a 1-worker run in this process and with each other, and a resumable
+run whose worker 1 dies at step 25 of 40, then whose worker 0 dies while
+writing a backup, restarted each time.
+
+One uninterrupted 2-worker run (a module fixture) serves the fit, custom
+loop and resume tests."""
 
 import json
 import os
-import socket
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.training import multi_worker
-from tests.scale.common import finish, start_script
+from keras_transformer.training import multi_worker, resume
+from tests.scale.common import run_cluster, start_script
+from tests.scale.scripts import multi_worker as script
 
 TIMEOUT = 240  # seconds a worker may take, TensorFlow's import included
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def run_workers(count, *args, returncodes=None, scratch=None, env=None):
+    """Runs `count` workers of scripts/multi_worker.py with `args` and
+    returns each one's printed lines. An argument may be a function of the
+    worker's index; `env[index]`: more environment for worker `index`;
+    `scratch/<index>`: its temporary folder."""
 
-
-def start_workers(count, *args, scratch=None):
-    """Starts `count` workers of scripts/multi_worker.py with `args`; each
-    gets its TF_CONFIG (and `scratch/<index>` as its temporary folder)."""
-    workers = [f"127.0.0.1:{free_port()}" for _ in range(count)]
-    processes = []
-    for index in range(count):
-        env = {
-            "TF_CONFIG": json.dumps(
-                {
-                    "cluster": {"worker": workers},
-                    "task": {"type": "worker", "index": index},
-                }
-            )
-        }
+    def start_worker(tf_config, index):
+        more = {"TF_CONFIG": tf_config, **(env or {}).get(index, {})}
         if scratch is not None:
             folder = scratch / str(index)
             folder.mkdir(parents=True, exist_ok=True)
-            env["TMPDIR"] = str(folder)
+            more["TMPDIR"] = str(folder)
         worker_args = [a(index) if callable(a) else a for a in args]
-        processes.append(start_script("multi_worker.py", *worker_args, env=env))
-    return processes
+        return start_script("multi_worker.py", *worker_args, env=more)
 
-
-def finish_all(processes, timeout=TIMEOUT, returncodes=None):
-    """Each worker's JSON result; every worker is killed if one fails (its
-    peers would wait for it forever)."""
-    returncodes = returncodes or [0] * len(processes)
-    try:
-        return [
-            json.loads(finish(p, timeout, code) or "null")
-            for p, code in zip(processes, returncodes, strict=True)
-        ]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+    outputs = run_cluster(start_worker, count, TIMEOUT, returncodes)
+    return [[json.loads(line) for line in out.splitlines()] for out, _ in outputs]
 
 
 def weights(path):
@@ -67,14 +46,24 @@ def weights(path):
         return {name: saved[name] for name in saved.files}
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """`(folder, results)` of one uninterrupted 2-worker run of every mode:
+    worker i's files in folder/i, its printed result in results[i]."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    results = run_workers(2, "uninterrupted", folder)
+    return folder, [lines[-1] for lines in results]
+
+
 @pytest.mark.slow
-def test_fit_on_two_workers_equals_one_worker(tmp_path):
+def test_fit_on_two_workers_equals_one_worker(uninterrupted, tmp_path):
     """GPT-2, a BERT classifier and a TextGenerator task: the loss and
     accuracy `fit` reports, and the final weights, equal the 1-worker run's
-    at the same global batch; both workers end with identical weights."""
-    out = lambda index: tmp_path / f"worker{index}.npz"  # noqa: E731
-    two = finish_all(start_workers(2, "fit", out))
-    (single,) = finish_all(start_workers(1, "fit", tmp_path / "single.npz"))
+    (this process, default strategy) at the same global batch; both workers
+    end with identical weights."""
+    folder, results = uninterrupted
+    two = [result["fit"] for result in results]
+    single = script.fit(tf.distribute.get_strategy(), tmp_path / "single.npz")
     assert [r["replicas"] for r in two] == [2, 2] and single["replicas"] == 1
     for family, metrics in [
         ("gpt", ["loss"]),
@@ -87,60 +76,88 @@ def test_fit_on_two_workers_equals_one_worker(tmp_path):
                     result[family][name], single[family][name], rtol=1e-6, atol=1e-6
                 )
         assert two[0][family]["loss"][1] < two[0][family]["loss"][0]
-    worker0, worker1 = weights(out(0)), weights(out(1))
+    worker0 = weights(folder / "0" / "fit.npz")
+    worker1 = weights(folder / "1" / "fit.npz")
     alone = weights(tmp_path / "single.npz")
+    assert worker0.keys() == alone.keys()
     for name, value in worker0.items():
         np.testing.assert_array_equal(value, worker1[name], err_msg=name)
         np.testing.assert_allclose(value, alone[name], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow
-def test_worker_killed_mid_epoch_resumes_to_the_uninterrupted_weights(tmp_path):
-    """Worker 1 SIGKILLs itself at step 6 (mid-epoch 2); worker 0 is killed
-    too, both restart with the same command and continue from worker 0's
-    backup of epoch 1. The final weights equal an uninterrupted 2-worker
-    run's. Only worker 0 leaves files; the others' temporary folders are
-    gone."""
+def test_custom_training_loop_on_two_workers(uninterrupted):
+    """The custom loop docs/scale.md keeps as an appendix still trains both
+    workers in step."""
+    folder, results = uninterrupted
+    custom = [result["custom"] for result in results]
+    assert custom[0] == custom[1] and custom[0]["replicas"] == 2
+    losses = custom[0]["loss"]
+    assert len(losses) == 6 and np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    worker0 = weights(folder / "0" / "custom.npz")
+    worker1 = weights(folder / "1" / "custom.npz")
+    for name, value in worker0.items():
+        np.testing.assert_array_equal(value, worker1[name], err_msg=name)
+
+
+def backup_files(run):
+    return sorted(os.listdir(run / "backup"))
+
+
+@pytest.mark.slow
+def test_workers_killed_twice_resume_to_the_uninterrupted_weights(
+    uninterrupted, tmp_path
+):
+    """4 epochs of 10 steps, dropout 0.1, a backup at every epoch end.
+
+    1. Worker 1 exits right after step 25 (`KT_TEST_KILL_AT_STEP`, in its
+       environment only); worker 0, waiting for it, is killed. The backup
+       is epoch 2's.
+    2. Both restart from step 20; worker 0 exits while writing the backup
+       of epoch 3 (new weights written, not their epoch:
+       `KT_TEST_KILL_IN_BACKUP`), worker 1 is killed. The previous backup,
+       epoch 2's, is the one a restart reads.
+    3. Both restart from step 20 again and end with the weights of the
+       uninterrupted 2-worker run. Only worker 0 leaves files; the others'
+       temporary folders are gone.
+    """
+    folder, _ = uninterrupted
     run, scratch = tmp_path / "run", tmp_path / "scratch"
     out = lambda index: tmp_path / f"resumed{index}.npz"  # noqa: E731
-    killed = start_workers(2, "resume", run, out, "--kill-at", "6", scratch=scratch)
-    try:
-        assert finish(killed[1], TIMEOUT, returncode=-9) == ""
-    finally:
-        for process in killed:  # worker 0 waits for its dead peer: kill it
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
-    assert kt.training.resume_epoch(run) == 1  # the backup of epoch 1
+    killed = resume.TEST_KILL_EXIT_CODE
+
+    def restart(returncodes, env):
+        return run_workers(2, "resume", run, out, returncodes=returncodes,
+                           scratch=scratch, env=env)  # fmt: skip
+
+    first = restart([None, killed], {1: {resume.KILL_AT_STEP: "25"}})
+    assert first[1] == [{"start": 0}]
+    assert kt.training.resume_epoch(run) == 2
     assert sorted(os.listdir(run)) == ["backup", "model.keras", "random_state.json"]
-    restarted = finish_all(start_workers(2, "resume", run, out, scratch=scratch))
-    assert [r["start"] for r in restarted] == [4, 4]
-    reference = lambda index: tmp_path / f"reference{index}.npz"  # noqa: E731
-    finish_all(start_workers(2, "resume", tmp_path / "reference", reference))
-    expected = weights(reference(0))
+    second = restart([killed, None], {0: {resume.KILL_IN_BACKUP: "3"}})
+    assert second[0] == [{"start": 20}]
+    # Epoch 3's weights are written, its epoch is not: epoch 2's backup is
+    # the complete one.
+    assert backup_files(run) == [
+        "latest.weights.h5",
+        "previous.weights.h5",
+        "previous_training_metadata.json",
+    ]
+    assert kt.training.resume_epoch(run) == 2
+    third = restart(None, None)
+    assert [lines[-1]["start"] for lines in third] == [20, 20]
+    expected = weights(folder / "0" / "resume.npz")
     for index in range(2):
         resumed = weights(out(index))
-        assert int(resumed["steps"]) == 12
+        assert int(resumed["steps"]) == 40
         for name, value in expected.items():
             if name not in ("start", "steps"):
                 np.testing.assert_array_equal(resumed[name], value, err_msg=name)
     # The backups are deleted at the end; worker 0 wrote the model.
     assert sorted(os.listdir(run)) == ["model.keras"]
-    assert [os.listdir(scratch / str(index)) for index in range(2)] == [[], []]
-
-
-@pytest.mark.slow
-def test_custom_training_loop_on_two_workers(tmp_path):
-    """The custom loop docs/scale.md keeps as an appendix still trains both
-    workers in step."""
-    out = lambda index: tmp_path / f"worker{index}.npz"  # noqa: E731
-    results = finish_all(start_workers(2, "custom", out))
-    assert results[0] == results[1] and results[0]["replicas"] == 2
-    losses = results[0]["loss"]
-    assert len(losses) == 6 and np.all(np.isfinite(losses)) and losses[-1] < losses[0]
-    worker0, worker1 = weights(out(0)), weights(out(1))
-    for name, value in worker0.items():
-        np.testing.assert_array_equal(value, worker1[name], err_msg=name)
+    # The killed workers' save folders were removed by their restarts
+    # (TensorFlow's own temporary files of a SIGKILLed process stay).
+    assert not list(scratch.glob("*/keras_transformer*"))
 
 
 def test_check_tf_config():

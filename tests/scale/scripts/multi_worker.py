@@ -1,35 +1,40 @@
 """One worker of a MultiWorkerMirroredStrategy run, for
-tests/scale/test_multi_worker.py; the cluster comes from TF_CONFIG (one
-worker: the 1-worker run the others are compared with).
+tests/scale/test_multi_worker.py; the cluster comes from TF_CONFIG. The
+functions run in the test's own process too (default strategy: the 1-worker
+run the others are compared with).
 
-    python multi_worker.py fit OUT             # model.fit of a tiny GPT-2 and
-                                               # a tiny BERT classifier
-    python multi_worker.py resume RUN OUT [--kill-at STEP]
-    python multi_worker.py custom OUT          # the custom loop (docs appendix)
+    python multi_worker.py uninterrupted FOLDER   # fit, resume and custom,
+                                                  # in FOLDER/<worker index>
+    python multi_worker.py resume RUN OUT
 
-`fit` trains each model (and a `kt.tasks.TextGenerator`) 2 epochs of 3
-global batches of 8 (arrays, `shuffle=False`; the GPTs' gradient norms
-clipped) and prints one JSON line: the replica count and, per model, the
-loss and metrics `fit` reported for each epoch; the final weights go to OUT
-(an .npz file).
+`fit` trains each model (a tiny GPT-2, a `kt.tasks.TextGenerator` of it and
+a tiny BERT classifier) 2 epochs of 3 global batches of 8 (arrays,
+`shuffle=False`; the GPTs' gradient norms clipped) and returns, per model,
+the loss and metrics `fit` reported for each epoch; the final weights go to
+OUT (an .npz file).
 
-`resume` trains a GPT with dropout 3 epochs of 4 steps with
+`resume` trains a GPT with dropout 4 epochs of 10 steps with
 `kt.training.resumable_callbacks(RUN)`, its data a step-indexed stream that
-starts at `resume_epoch(RUN) * 4`. With `--kill-at STEP`, the worker
-SIGKILLs itself right after global step STEP. The final weights and step
-count go to OUT.
+starts at `resume_epoch(RUN) * 10`; the final weights and step count go to
+OUT. The tests kill a worker through the test-only variables of
+`keras_transformer.training.resume` (`KT_TEST_KILL_AT_STEP`, ...).
+
+`custom` is the custom training loop of docs/scale.md's appendix.
+
+Each mode prints its result as a JSON line, the last (`resume` prints
+`{"start": step}` first).
 """
 
 import argparse
 import json
 import os
-import signal
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer.training import multi_worker
 from tests.scale import common
 
 GLOBAL_BATCH, STEPS = 8, 3
@@ -100,21 +105,15 @@ def fit(strategy, out):
     return results
 
 
-class KillAt(keras.callbacks.Callback):
-    def __init__(self, step):
-        super().__init__()
-        self.step = step
-
-    def on_train_batch_end(self, batch, logs=None):
-        if int(self.model.optimizer.iterations.numpy()) == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+RESUME_STEPS, RESUME_EPOCHS = 10, 4
 
 
-def resume(strategy, run, out, kill_at):
-    steps, epochs = 4, 3
+def resume(strategy, run, out):
+    steps, epochs = RESUME_STEPS, RESUME_EPOCHS
     ids = np.random.default_rng(0).integers(1, common.VOCAB, (48, common.LENGTH + 1))
     ids[::3, common.LENGTH // 2 :] = 0  # some padding
     start = kt.training.resume_epoch(run) * steps
+    print(json.dumps({"start": start}), flush=True)  # before a test kills it
     data = (
         tf.data.Dataset.from_tensor_slices((ids[:, :-1], ids[:, 1:]))
         .batch(GLOBAL_BATCH)
@@ -130,8 +129,6 @@ def resume(strategy, run, out, kill_at):
             loss=kt.training.MaskedSparseCategoricalCrossentropy(),
         )
     callbacks = kt.training.resumable_callbacks(run)
-    if kill_at is not None:
-        callbacks.append(KillAt(kill_at))
     model.fit(
         data, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0
     )
@@ -175,20 +172,29 @@ def custom(strategy, out):
     return {"replicas": strategy.num_replicas_in_sync, "loss": losses}
 
 
+def uninterrupted(strategy, folder):
+    """`fit`, `resume` and `custom` in one process: outputs in
+    FOLDER/<worker index>, the resumable run's directory FOLDER/run (worker
+    0's, which every worker restores from)."""
+    mine = os.path.join(folder, str(multi_worker.worker_index(strategy)))
+    os.makedirs(mine, exist_ok=True)
+    return {
+        "fit": fit(strategy, os.path.join(mine, "fit.npz")),
+        "resume": resume(
+            strategy, os.path.join(folder, "run"), os.path.join(mine, "resume.npz")
+        ),
+        "custom": custom(strategy, os.path.join(mine, "custom.npz")),
+    }
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["fit", "resume", "custom"])
+    parser.add_argument("mode", choices=["uninterrupted", "resume"])
     parser.add_argument("paths", nargs="+")
-    parser.add_argument("--kill-at", type=int)
     args = parser.parse_args()
     strategy = kt.training.multi_worker_strategy()
-    if args.mode == "fit":
-        result = fit(strategy, *args.paths)
-    elif args.mode == "resume":
-        result = resume(strategy, *args.paths, args.kill_at)
-    else:
-        result = custom(strategy, *args.paths)
-    print(json.dumps(result))
+    run = uninterrupted if args.mode == "uninterrupted" else resume
+    print(json.dumps(run(strategy, *args.paths)))
 
 
 if __name__ == "__main__":
