@@ -48,6 +48,27 @@ _ASCII_WORD = (
 _CUT = "\xff"
 
 
+# tensorflow-text's regex_split ends a text at its first NUL byte. A text
+# with one is split with U+FDD0 in its place (a noncharacter, which Unicode
+# reserves for a program's internal use), which every pattern here puts in
+# the class a NUL is in (not a space, letter or number), and its words get
+# their NULs back. (A text holding both a NUL and U+FDD0 gets NULs for both.)
+_NUL, _STAND_IN = r"\x00", r"\x{fdd0}"
+
+
+def regex_split(strings, pattern):
+    """`(N,)` strings cut into `(N, None)` pieces: the matches of `pattern`
+    and the text between them (`tf_text.regex_split` keeping every match),
+    text after a NUL byte included."""
+    nul = tf.strings.regex_full_match(strings, rf"(?s).*{_NUL}.*")  # (N,)
+    safe = tf.where(nul, tf.strings.regex_replace(strings, _NUL, "\ufdd0"), strings)
+    pieces = tf_text.regex_split(safe, pattern, pattern)
+    back = tf.gather(nul, pieces.value_rowids())
+    flat = pieces.flat_values
+    restored = tf.strings.regex_replace(flat, _STAND_IN, "\x00")
+    return pieces.with_flat_values(tf.where(back, restored, flat))
+
+
 def _re2(pattern):
     """`pattern` without its look-ahead alternative (`\\s+(?!\\S)|\\s+`
     becomes `\\s+`: `split_words` cuts the text where the look-ahead would
@@ -77,7 +98,7 @@ def split_words(strings, pattern):
     )
     pieces = tf.strings.split(marked, sep=_CUT)  # (N, None)
     split = _SPLITS[pattern]
-    words = tf_text.regex_split(pieces.flat_values, split, split)
+    words = regex_split(pieces.flat_values, split)
     return pieces.with_flat_values(words).merge_dims(1, 2)
 
 
@@ -103,7 +124,7 @@ def split_added(strings, tokens):
         pieces = tf.ragged.boolean_mask(pieces, pieces != "")
         return pieces, tf.zeros_like(pieces.flat_values, tf.bool)
     pattern = "|".join(_literal(t) for t in sorted(tokens, key=len, reverse=True))
-    pieces = tf_text.regex_split(strings, pattern, pattern)
+    pieces = regex_split(strings, pattern)
     special = tf.strings.regex_full_match(pieces.flat_values, pattern)
     return pieces, special
 
@@ -124,7 +145,7 @@ def pretokenize(strings):
     RE2 has no look-ahead, so the runs are split off first and their last
     character moved here.
     """
-    pieces = tf_text.regex_split(strings, SPACES, SPACES)  # (B, None)
+    pieces = regex_split(strings, SPACES)  # (B, None)
     flat, text = pieces.flat_values, pieces.value_rowids()
     spaces = tf.strings.regex_full_match(flat, SPACES)
     followed = tf.concat([text[1:] == text[:-1], [False]], 0)[: tf.size(text)]
@@ -154,8 +175,8 @@ def _split_words(pieces):
     fast, slow = positions[ascii], positions[~ascii]
     words = tf.concat(
         [
-            tf_text.regex_split(tf.gather(pieces, fast), _ASCII_WORD, _ASCII_WORD),
-            tf_text.regex_split(tf.gather(pieces, slow), _WORD, _WORD),
+            regex_split(tf.gather(pieces, fast), _ASCII_WORD),
+            regex_split(tf.gather(pieces, slow), _WORD),
         ],
         axis=0,
     )

@@ -48,6 +48,16 @@ def test_ids_are_gpt2_tokenizers_ids_plus_one_on_hard_text(gpt2):
     assert [b.decode() for b in back] == ref["texts"]  # exactly the text
 
 
+def test_text_after_a_nul_byte_is_kept(gpt2):
+    # tensorflow-text's regex_split ends a text at a NUL byte; the ids are
+    # `tokenizers`' on GPT-2's files.
+    texts = ["NUL\x00 inside the text", "a\x00\x00b c"]
+    theirs = [[45, 6239, 188, 2641, 262, 2420], [64, 188, 188, 65, 269]]
+    assert [[i - 1 for i in row] for row in gpt2(texts).to_list()] == theirs
+    back = gpt2.detokenize(gpt2(texts)).numpy().tolist()
+    assert back == [t.encode() for t in texts]
+
+
 def test_real_vocabulary_facts(gpt2):
     assert gpt2.vocabulary_size() == 50257 + 1
     assert gpt2.id_to_token(0) == "[PAD]" and gpt2.id_to_token(1) == "!"
