@@ -4,6 +4,7 @@ tiny GPT-2 fixture and the hand-wired path's ids."""
 import json
 import os
 import shutil
+from itertools import combinations
 
 import keras
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from tests.helpers import run_export_test, spread_weights
+from tests.helpers import run_export_test, spread_weights, to_numpy
 
 HF = os.path.join(os.path.dirname(__file__), "..", "fixtures", "hf")
 with open(os.path.join(HF, "gpt2_tiny_tasks.json"), encoding="utf-8") as f:
@@ -27,6 +28,50 @@ def generator():
 
 def reference_texts(case):
     return [row["texts"] for row in REFERENCE["cases"][case]["outputs"]]
+
+
+# A GPT-2 of the same tokenizer whose end token is reachable: greedy texts
+# and beams end before NEW tokens (tests/fixtures/make_task_fixtures.py).
+with open(os.path.join(HF, "gpt2_tiny_ends_tasks.json"), encoding="utf-8") as f:
+    ENDING = json.load(f)
+
+
+@pytest.fixture(scope="module")
+def ending():
+    return kt.tasks.from_pretrained(os.path.join(HF, "gpt2_tiny_ends"))
+
+
+def reference_ids(case):
+    return [row["ids"] for row in ENDING["cases"][case]["outputs"]]
+
+
+def until_end(ids):
+    """transformers' ids (ours - 1) up to its end token 0, included."""
+    ids = [int(i) for i in ids]
+    return ids[: ids.index(0) + 1] if 0 in ids else ids
+
+
+def new_ids(task, prompt, sampler, max_new_tokens=NEW, **options):
+    """`kt.generation.generate`'s new ids for one prompt, each row in
+    transformers' ids up to the end token. (Called as the task calls it, so
+    that the task reuses the compiled search.)"""
+    row = task.tokenizer.tokenize([prompt]).to_list()[0]
+    out = kt.generation.generate(
+        task.model, np.array([row]), max_new_tokens, sampler,
+        end_token_id=[task.end_token_id], **options,
+    )  # fmt: skip
+    return [until_end(np.asarray(new) - 1) for new in out[:, len(row) :]]
+
+
+def score(task, prompt, new, length_penalty):
+    """transformers' beam score of `new` (its ids) after `prompt`: the sum of
+    its log-probabilities under our model over `len(new) ** length_penalty`."""
+    row = task.tokenizer.tokenize([prompt]).to_list()[0]
+    logits = to_numpy(task.model(np.array([row + [i + 1 for i in new]])))
+    logits = logits[0, len(row) - 1 : -1, 1:].astype("float64")  # real tokens
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    picked = log_probs[np.arange(len(new)), new].sum()
+    return picked / len(new) ** length_penalty
 
 
 def test_from_pretrained_gives_a_text_generator_with_its_end_token(generator):
@@ -60,10 +105,14 @@ def test_generated_ids_are_the_hand_wired_paths(generator):
     "case, penalty",
     [("repetition_penalty", 1.5), ("repetition_penalty_below_one", 0.7)],
 )
-def test_repetition_penalty_is_transformers(generator, case, penalty):
-    texts = generator.generate(PROMPTS, max_new_tokens=NEW, repetition_penalty=penalty)
-    assert texts == [t[0] for t in reference_texts(case)]
-    assert texts != [t[0] for t in reference_texts("greedy")]
+def test_repetition_penalty_is_transformers(ending, case, penalty):
+    """transformers' ids, end token included, on a model that reaches it."""
+    for prompt, expected in zip(PROMPTS, ENDING["cases"][case]["outputs"], strict=True):
+        ids = new_ids(ending, prompt, "greedy", repetition_penalty=penalty)
+        assert ids == [until_end(expected["ids"][0])]
+        text = ending.generate(prompt, max_new_tokens=NEW, repetition_penalty=penalty)
+        assert text == expected["texts"][0]
+    assert reference_ids(case) != reference_ids("greedy")
 
 
 def test_num_return_sequences_draws_per_prompt(generator):
@@ -78,16 +127,45 @@ def test_num_return_sequences_draws_per_prompt(generator):
     assert generator.generate(PROMPTS[:2], num_return_sequences=3, **settings) == texts
 
 
-def test_beam_search_returns_transformers_best_beams(generator):
-    """num_beams=4, num_return_sequences=3: transformers' three best
-    hypotheses per prompt, best first (its default length_penalty 1.0)."""
-    beam = kt.generation.BeamSampler(4, length_penalty=1.0, rules="transformers")
-    texts = generator.generate(
-        PROMPTS, max_new_tokens=NEW, sampler=beam, num_return_sequences=3
+BEAM_CASES = [name for name in ENDING["cases"] if name.startswith("beam_")]
+
+
+@pytest.mark.parametrize("case", BEAM_CASES)
+def test_beam_search_returns_transformers_best_beams_and_scores(ending, case):
+    """transformers' `num_return_sequences` best hypotheses per prompt, best
+    first, as ids (end token included), with its `sequences_scores`: each
+    one's log-probability under our model over `new_length **
+    length_penalty`. In `beam_finished_and_running` (`max_new_tokens` 5)
+    hypotheses still running at the end rank among finished ones by score."""
+    kwargs = dict(ENDING["cases"][case]["kwargs"])
+    steps = kwargs.pop("max_new_tokens")
+    n = kwargs.pop("num_return_sequences")
+    beam = kt.generation.BeamSampler(
+        kwargs.pop("num_beams"),
+        length_penalty=kwargs.pop("length_penalty", 1.0),
+        early_stopping=kwargs.pop("early_stopping", False),
+        rules="transformers",
+        num_return_sequences=n,
     )
-    assert texts == reference_texts("beam_return_3")
-    best = generator.generate(PROMPTS, max_new_tokens=NEW, sampler=beam)
-    assert best == [t[0] for t in texts]  # one sequence: the best
+    assert not kwargs
+    running_first = []  # a hypothesis that did not end above one that did
+    for prompt, expected in zip(PROMPTS, ENDING["cases"][case]["outputs"], strict=True):
+        ids = new_ids(ending, prompt, beam, steps)
+        assert ids == [until_end(row) for row in expected["ids"]]
+        scores = [score(ending, prompt, row, beam.length_penalty) for row in ids]
+        np.testing.assert_allclose(scores, expected["sequences_scores"], atol=1e-4)
+        assert scores == sorted(scores, reverse=True)
+        texts = ending.generate(
+            prompt, max_new_tokens=steps, sampler=beam, num_return_sequences=n
+        )
+        assert texts == expected["texts"]
+        if case == "beam_return_3":  # one sequence: the best
+            best = ending.generate(prompt, max_new_tokens=steps, sampler=beam)
+            assert best == texts[0]
+        ended = [0 in row for row in ids]
+        running_first.append(any(not a and b for a, b in combinations(ended, 2)))
+    if case == "beam_finished_and_running":
+        assert any(running_first)
 
 
 def test_stop_strings_cut_the_text_even_across_tokens(generator):
@@ -112,6 +190,27 @@ def test_return_full_text_prefixes_the_prompt(generator):
     assert texts == [
         p + t[0] for p, t in zip(PROMPTS, reference_texts("greedy"), strict=True)
     ]
+
+
+LONG_PROMPT = "All: speak, speak. " + " ".join(
+    ["First Citizen: we are accounted poor citizens"] * 3
+)
+
+
+def test_a_long_prompt_keeps_its_last_tokens(generator):
+    """The model's 32 positions, 6 new tokens: a prompt of more tokens than
+    26 is continued from its last 26, as documented in `generate`. (Spread
+    weights: the fixture's continue most prompts alike.)"""
+    model = spread_weights(kt.models.from_pretrained(os.path.join(HF, "gpt2_tiny")))
+    spread = kt.tasks.TextGenerator(model, generator.tokenizer, end_token=None)
+    row = spread.tokenizer.tokenize([LONG_PROMPT]).to_list()[0]
+    keep = model.max_sequence_length - 6
+    assert len(row) > keep + 5
+    out = kt.generation.generate(model, np.array([row[-keep:]]), 6)
+    expected = spread.tokenizer.detokenize(out[:, keep:]).numpy()[0].decode()
+    assert spread.generate(LONG_PROMPT, max_new_tokens=6) == expected
+    head = kt.generation.generate(model, np.array([row[:keep]]), 6)
+    assert head[0, keep:].tolist() != out[0, keep:].tolist()  # it matters which
 
 
 def test_score_is_transformers_log_likelihood(generator):
