@@ -1,5 +1,6 @@
 """Shared plain-pytest helpers that keep each test file short."""
 
+import atexit
 import importlib
 import os
 import pathlib
@@ -91,13 +92,19 @@ def np_relu(x):
 
 # ---- exports ----------------------------------------------------------------
 
-# Run by `run_export_test` in a fresh Python. keras_transformer is installed in
-# this environment (editable), so clearing PYTHONPATH is not enough to hide
-# it: an import hook refuses it, and the script checks that it is gone.
+# Run by `run_export_test` in a fresh Python, one per test module: importing
+# TensorFlow takes seconds, so the module's exports are all served by one
+# process, which reads `requests.pkl results.pkl workdir` lines from stdin and
+# answers each with a line once it has written the results. keras_transformer
+# is installed in this environment (editable), so clearing PYTHONPATH is not
+# enough to hide it: an import hook refuses it, and the script checks, after
+# every export, that it is gone.
 _SERVE_SCRIPT = r"""
 import importlib.abc
+import os
 import pickle
 import sys
+import traceback
 
 
 class HideKerasTransformer(importlib.abc.MetaPathFinder):
@@ -118,37 +125,101 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
 
-with open(sys.argv[1], "rb") as f:
-    path, requests = pickle.load(f)
-loaded = tf.saved_model.load(path)
-results = []
-for signature, inputs in requests:
-    outputs = loaded.signatures[signature](
-        **{name: tf.constant(value) for name, value in inputs.items()}
-    )
-    results.append({name: value.numpy() for name, value in outputs.items()})
-# The first request again through a TF1 session, the loader TF Serving and
-# `saved_model_cli run` use.
-signature, inputs = requests[0]
-with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-    meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
-    signature_def = meta_graph.signature_def[signature]
-    served = session.run(
-        {name: info.name for name, info in signature_def.outputs.items()},
-        {signature_def.inputs[name].name: value for name, value in inputs.items()},
-    )
-for name, value in results[0].items():
-    if value.dtype.kind == "f":
-        same = np.allclose(served[name], value, atol=1e-6)
-    else:
-        same = np.array_equal(served[name], value)
-    if not same:
-        sys.exit(f"the session loader gives another {name!r}: {served[name]}")
-if any(name.startswith("keras_transformer") for name in sys.modules):
-    sys.exit("keras_transformer was imported")
-with open(sys.argv[2], "wb") as f:
-    pickle.dump((sorted(loaded.signatures), results), f)
+
+def serve(path, requests):
+    loaded = tf.saved_model.load(path)
+    results = []
+    for signature, inputs in requests:
+        outputs = loaded.signatures[signature](
+            **{name: tf.constant(value) for name, value in inputs.items()}
+        )
+        results.append({name: value.numpy() for name, value in outputs.items()})
+    # The first request again through a TF1 session, the loader TF Serving and
+    # `saved_model_cli run` use.
+    signature, inputs = requests[0]
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        meta_graph = tf.compat.v1.saved_model.loader.load(session, ["serve"], path)
+        signature_def = meta_graph.signature_def[signature]
+        served = session.run(
+            {name: info.name for name, info in signature_def.outputs.items()},
+            {signature_def.inputs[name].name: value for name, value in inputs.items()},
+        )
+    for name, value in results[0].items():
+        if value.dtype.kind == "f":
+            same = np.allclose(served[name], value, atol=1e-6)
+        else:
+            same = np.array_equal(served[name], value)
+        if not same:
+            raise AssertionError(
+                f"the session loader gives another {name!r}: {served[name]}"
+            )
+    if any(name.startswith("keras_transformer") for name in sys.modules):
+        raise AssertionError("keras_transformer was imported")
+    return sorted(loaded.signatures), results
+
+
+for line in sys.stdin:
+    requests_file, results_file, workdir = line.rstrip("\n").split("\t")
+    os.chdir(workdir)
+    with open(requests_file, "rb") as f:
+        path, requests = pickle.load(f)
+    try:
+        answer = ("ok", serve(path, requests))
+    except Exception:
+        answer = ("error", traceback.format_exc())
+    with open(results_file, "wb") as f:
+        pickle.dump(answer, f)
+    print("done", flush=True)
 """
+
+
+class _ExportServer:
+    """The serving process of one test module (see `_SERVE_SCRIPT`)."""
+
+    def __init__(self, module, workdir):
+        self.module = module
+        script = pathlib.Path(workdir) / "serve.py"
+        script.write_text(_SERVE_SCRIPT)
+        self.log = open(pathlib.Path(workdir) / "serve.log", "w+")  # noqa: SIM115
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+        self.process = subprocess.Popen(
+            [sys.executable, str(script)],
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+
+    def serve(self, path, requests, workdir):
+        workdir = pathlib.Path(workdir).resolve()
+        with open(workdir / "requests.pkl", "wb") as f:
+            pickle.dump((os.fspath(path), requests), f)
+        self.process.stdin.write(f"requests.pkl\tresults.pkl\t{workdir}\n")
+        self.process.stdin.flush()
+        if self.process.stdout.readline() != "done\n":
+            self.process.wait()
+            self.log.seek(0)
+            raise AssertionError(f"the serving process died: {self.log.read()[-3000:]}")
+        with open(workdir / "results.pkl", "rb") as f:
+            status, answer = pickle.load(f)
+        assert status == "ok", answer[-3000:]
+        return answer
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
+        self.log.close()
+
+
+_servers = []  # the current module's, if any
+
+
+def _current_module():
+    test = os.environ.get("PYTEST_CURRENT_TEST", "")
+    return test.partition("::")[0]
 
 
 def run_export_test(path, requests, workdir):
@@ -159,26 +230,24 @@ def run_export_test(path, requests, workdir):
     `loaded.signatures[name](**inputs)` for each `(name, inputs)` of
     `requests`; the first request, which must be deterministic, also runs
     through a TF1 session loader (as TF Serving loads SavedModels) and must
-    give the same outputs. Returns `(signature names, [outputs as dicts of
-    numpy])`.
+    give the same outputs. The subprocess serves every call of a test module
+    (it is started at the module's first call and ends at the next module's
+    or at exit). Returns `(signature names, [outputs as dicts of numpy])`.
     """
-    workdir = pathlib.Path(workdir)
-    script = workdir / "serve.py"
-    script.write_text(_SERVE_SCRIPT)
-    with open(workdir / "requests.pkl", "wb") as f:
-        pickle.dump((os.fspath(path), requests), f)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    result = subprocess.run(
-        [sys.executable, str(script), "requests.pkl", "results.pkl"],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    with open(workdir / "results.pkl", "rb") as f:
-        return pickle.load(f)
+    module = _current_module()
+    if _servers and (
+        _servers[0].module != module or _servers[0].process.poll() is not None
+    ):
+        _servers.pop().close()
+    if not _servers:
+        _servers.append(_ExportServer(module, workdir))
+    return _servers[0].serve(path, requests, workdir)
+
+
+@atexit.register
+def _close_export_server():
+    while _servers:
+        _servers.pop().close()
 
 
 def spread_weights(model, scale=0.3, seed=0, layer_norms=True):
