@@ -11,7 +11,7 @@ import pytest
 from safetensors import safe_open
 
 import keras_transformer as kt
-from tests.helpers import reference_import, spread_weights
+from tests.helpers import reference_import, run_model_saving_test, spread_weights
 from tests.models.test_quantize import example_inputs
 
 TINY = dict(num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=32)
@@ -87,6 +87,55 @@ def test_query_update_is_one_matrix_product():
         rtol=1e-6,
         atol=1e-6,
     )
+
+
+ATTENTION = ("query", "key", "value", "attention_output")
+FEEDFORWARD = ("feedforward_intermediate_dense", "feedforward_output_dense")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_random_update_is_the_kernel_plus_scaled_a_times_b(family, tmp_path):
+    """Random A and B on every projection (Seq2Seq's cross-attention
+    included): the outputs of a float copy whose kernels are
+    `W + alpha / rank * A @ B`, computed in numpy on the kernel as an
+    (in, out) matrix; `merge_lora()` and a `.keras` round trip keep them."""
+    model, copy = make(family), make(family)
+    inputs = example_inputs(model)
+    base = keras.tree.map_structure(np.asarray, model(inputs))
+    ffn = ("gate", "up", "down") if family == "llama" else FEEDFORWARD
+    model.enable_lora(2, targets=ATTENTION + ffn, alpha=3)
+    layers = model.lora_layers()
+    if family == "seq2seq":  # the decoder's cross-attention is adapted too
+        assert len(layers) == 2 * len(ATTENTION + ffn) * 2 + 2 * len(ATTENTION)
+    rng = np.random.default_rng(1)
+    plain = {
+        layer.path.removeprefix(copy.name + "/"): layer
+        for layer in copy.projection_layers()
+    }
+    for path, layer in layers.items():
+        a = rng.normal(size=layer.lora_kernel_a.shape).astype("float32") * 0.3
+        b = rng.normal(size=layer.lora_kernel_b.shape).astype("float32") * 0.3
+        layer.lora_kernel_a.assign(a)
+        layer.lora_kernel_b.assign(b)
+        kernel = np.asarray(plain[path].kernel)
+        plain[path].kernel.assign(kernel + 3 / 2 * (a @ b).reshape(kernel.shape))
+    expected = keras.tree.map_structure(np.asarray, copy(inputs))
+    outputs = keras.tree.map_structure(np.asarray, model(inputs))
+    keras.tree.map_structure(
+        lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5),
+        outputs,
+        expected,
+    )
+    change = keras.tree.map_structure(lambda x, y: np.abs(x - y).max(), outputs, base)
+    assert min(keras.tree.flatten(change)) > 0.1  # the update counts
+    model.merge_lora()
+    merged = keras.tree.map_structure(np.asarray, model(inputs))
+    keras.tree.map_structure(
+        lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-5),
+        merged,
+        expected,
+    )
+    run_model_saving_test(model, inputs, tmp_path)
 
 
 def cycle_batches(vocabulary=40, length=9, count=64):
