@@ -4,17 +4,19 @@ refusals that come before any work."""
 import csv
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
 import keras_transformer_cli as front
+from keras_transformer import training as kt_training
+from keras_transformer.training import resume
 from tests.cli.test_train import write_lines
+from tests.scale.common import run_cluster
+
+TIMEOUT = 600  # seconds a worker may take
 
 TINY = [
     "--steps",
@@ -38,12 +40,6 @@ TINY = [
 ]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def tf_config(workers, index):
     return json.dumps(
         {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
@@ -62,33 +58,17 @@ def start(argv, env, cwd):
     )
 
 
-def finish_all(processes, timeout=600):
-    """`(stdout, stderr)` of each process; all are killed if one fails or
-    runs out of time (the others would wait for it forever)."""
-    try:
-        results = []
-        for process in processes:
-            stdout, stderr = process.communicate(timeout=timeout)
-            assert process.returncode == 0, stderr[-3000:]
-            results.append((stdout, stderr))
-        return results
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+def run_workers(argv, tmp_path, returncodes=None, env=None):
+    """`(stdout, stderr)` of two workers of `argv` on 127.0.0.1, in
+    `tmp_path` (`env[index]`: more environment for worker `index`)."""
 
-
-def start_workers(argv, tmp_path):
-    """Two workers of `argv` on fresh 127.0.0.1 ports, in `tmp_path`."""
-    workers = [f"127.0.0.1:{free_port()}" for _ in range(2)]
-    processes = []
-    for index in range(2):
+    def start_worker(config, index):
         scratch = tmp_path / f"scratch{index}"
         scratch.mkdir(exist_ok=True)
-        env = {"TF_CONFIG": tf_config(workers, index), "TMPDIR": str(scratch)}
-        processes.append(start(argv, env, cwd=tmp_path))
-    return processes
+        more = {"TF_CONFIG": config, "TMPDIR": str(scratch)}
+        return start(argv, {**more, **(env or {}).get(index, {})}, cwd=tmp_path)
+
+    return run_cluster(start_worker, 2, TIMEOUT, returncodes)
 
 
 def history(folder):
@@ -103,12 +83,12 @@ def test_train_on_two_workers_writes_once_and_learns_like_one(tmp_path):
     gone), and the losses equal one process's at the same global batch."""
     data = write_lines(tmp_path / "lines.txt")
     flags = ["train", "gpt2", "--data", str(data), *TINY]
-    workers = start_workers(
+    (chief, _), (other, _) = run_workers(
         [*flags, "--output", "out", "--distribute", "multi-worker"], tmp_path
     )
-    single = start([*flags, "--output", "single", "--distribute", "mirrored"], {},
-                   cwd=tmp_path)  # fmt: skip
-    (chief, _), (other, _), _ = finish_all([*workers, single])
+    # One process at the same global batch: this one.
+    single = str(tmp_path / "single")
+    assert front.main([*flags, "--output", single, "--distribute", "mirrored"]) == 0
     assert "held-out loss (nats per character)" in chief
     assert other == ""  # worker 1 prints nothing
     folders = sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
@@ -180,50 +160,42 @@ def test_distribute_refusals_come_before_any_work(tmp_path, capsys, monkeypatch)
 
 @pytest.mark.slow
 def test_two_workers_killed_and_resumed_end_like_an_uninterrupted_run(tmp_path):
-    """Worker 1 is SIGKILLed after the first backup; worker 0 stops on its
-    own and keeps the backup; both restart with --resume and end with the
-    weights of an uninterrupted two-worker run."""
+    """Worker 1 exits right after step 25 of 40 (`KT_TEST_KILL_AT_STEP`, in
+    its environment only), after the backup of step 20; worker 0 stops on
+    its own and keeps the backup; both restart with --resume and end with
+    the weights of an uninterrupted two-worker run."""
     import keras
 
     import keras_transformer  # noqa: F401  (registers the model classes)
 
     data = write_lines(tmp_path / "lines.txt")
-    flags = ["train", "gpt2", "--data", str(data), "--steps", "400",
-             "--eval-every", "20", "--batch-size", "4", "--layers", "1",
+    flags = ["train", "gpt2", "--data", str(data), "--steps", "40",
+             "--eval-every", "10", "--batch-size", "4", "--layers", "1",
              "--hidden", "16", "--heads", "2", "--context", "16", "--dropout",
              "0.1", "--samples", "0", "--distribute", "multi-worker"]  # fmt: skip
-    finish_all(start_workers([*flags, "--output", "whole"], tmp_path))
-    killed = start_workers([*flags, "--output", "killed"], tmp_path)
-    metadata = tmp_path / ".killed.partial" / "run" / "backup"
-    try:
-        deadline = time.time() + 600
-        while not (metadata / "training_metadata.json").exists():
-            assert all(p.poll() is None for p in killed) and time.time() < deadline
-            time.sleep(0.02)
-        killed[1].send_signal(signal.SIGKILL)
-        assert killed[1].wait() == -signal.SIGKILL
-        # Worker 0 notices (its peer stops sending heartbeats), stops, and
-        # keeps its backup for the restart.
-        _, stderr = killed[0].communicate(timeout=300)
-        assert killed[0].returncode == 1, stderr[-3000:]
-        assert "start every worker again with --resume" in stderr.splitlines()[-1]
-    finally:
-        for process in killed:
-            if process.poll() is None:
-                process.kill()
-            process.communicate()
+    run_workers([*flags, "--output", "whole"], tmp_path)
+    (_, stderr), _ = run_workers(
+        [*flags, "--output", "killed"],
+        tmp_path,
+        returncodes=[1, resume.TEST_KILL_EXIT_CODE],
+        env={1: {resume.KILL_AT_STEP: "25"}},
+    )
+    # Worker 0 noticed (its peer stopped sending heartbeats), stopped, and
+    # kept its backup for the restart.
+    assert "start every worker again with --resume" in stderr.splitlines()[-1]
     assert not (tmp_path / "killed").exists()
-    assert (metadata / "training_metadata.json").exists()
-    finish_all(start_workers([*flags, "--output", "killed", "--resume"], tmp_path))
+    run = tmp_path / ".killed.partial" / "run"
+    assert kt_training.resume_epoch(run) == 2
+    run_workers([*flags, "--output", "killed", "--resume"], tmp_path)
     expected = keras.saving.load_model(tmp_path / "whole" / "model.keras")
     actual = keras.saving.load_model(tmp_path / "killed" / "model.keras")
     for a, b in zip(actual.get_weights(), expected.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
     with open(tmp_path / "killed" / "history.csv", newline="") as f:
         steps = [int(row["step"]) for row in csv.DictReader(f)]
-    assert steps == list(range(20, 401, 20))  # none twice
+    assert steps == [10, 20, 30, 40]  # none twice
     assert not (tmp_path / ".killed.partial").exists()
     # The killed worker's folder was removed by its restart, which removed
-    # its own at the end (TensorFlow's autograph files of a SIGKILLed
-    # process stay).
+    # its own at the end (TensorFlow's autograph files of a killed process
+    # stay).
     assert not list((tmp_path / "scratch1").glob("keras_transformer*"))
