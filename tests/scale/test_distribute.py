@@ -18,6 +18,18 @@ def test_mirrored_strategy_on_two_devices_trains_like_one_device():
         runs = result[family]
         np.testing.assert_allclose(runs["mirrored"], runs["single"], rtol=1e-5)
         assert runs["weight_difference"] < 1e-4, family
+    # Clipping the global batch: every step was clipped (gradient norm over
+    # 0.1), and Keras' clipping of each replica's share is far from it.
+    norms = result["clipped"]["unclipped_norms"]
+    assert len(norms) == 12 and min(norms) > 0.1, norms
+    assert result["clipped_per_replica"]["weight_difference"] > 1e-2
+    # SGD: every update is -lr * clip(g0 + g1) in numpy, both replicas' and
+    # the sum's norms over 0.1; clipping each replica's share is not.
+    sgd = result["sgd"]
+    assert len(sgd["differences"]) == 4 and max(sgd["differences"]) < 1e-7, sgd
+    assert min(min(pair) for pair in sgd["replica_norms"]) > 0.1, sgd
+    assert min(sgd["sum_norms"]) > 0.1, sgd
+    assert min(sgd["controls"]) > 1e-4, sgd
     assert result["uneven_batch_error"] == (
         "`global_batch_size` must be divisible by the number of replicas. "
         "Received: global_batch_size=7, num_replicas_in_sync=2"
