@@ -27,6 +27,7 @@ import keras
 import numpy as np
 
 from keras_transformer import _validation as validation
+from keras_transformer._compat import collect_once
 
 LORA_LAYERS = (keras.layers.Dense, keras.layers.EinsumDense)
 METADATA_KEY = "keras_transformer_lora"
@@ -249,30 +250,36 @@ class LoRAMixin:
         (trainable as before `enable_lora`), ready to export, quantize or
         `save_pretrained`."""
         self._check_lora("merge_lora")
-        for layer in self.lora_layers().values():
-            if layer.quantization_mode is None:
-                merged = np.asarray(keras.ops.convert_to_numpy(layer.kernel))
-                layer._tracker.unlock()
-                layer._kernel.assign(merged.astype(layer._kernel.dtype))
-            else:  # int8 (QLoRA): dequantize, merge, quantize again
-                values, scale = layer._get_kernel_with_merged_lora()[:2]
-                layer._tracker.unlock()
-                if hasattr(layer, "assign_int8"):  # ours: any layout
-                    layer.assign_int8(values, scale)
-                else:
-                    layer._kernel.assign(values)
-                    layer.kernel_scale.assign(scale)
-            del layer.lora_kernel_a
-            del layer.lora_kernel_b
-            layer.lora_enabled = False
-            layer.lora_rank = None
-            layer._tracker.lock()
+        with collect_once():  # Keras collects per variable deleted
+            for layer in self.lora_layers().values():
+                _merge_layer(layer)
         frozen = set(self._lora["frozen"])
         for variable in self.variables:
             if variable.path in frozen:
                 variable.trainable = True
         self._lora = {}
         self._reset_compiled_functions()
+
+
+def _merge_layer(layer):
+    """Folds `layer`'s LoRA update into its kernel; removes its matrices."""
+    if layer.quantization_mode is None:
+        merged = np.asarray(keras.ops.convert_to_numpy(layer.kernel))
+        layer._tracker.unlock()
+        layer._kernel.assign(merged.astype(layer._kernel.dtype))
+    else:  # int8 (QLoRA): dequantize, merge, quantize again
+        values, scale = layer._get_kernel_with_merged_lora()[:2]
+        layer._tracker.unlock()
+        if hasattr(layer, "assign_int8"):  # ours: any layout
+            layer.assign_int8(values, scale)
+        else:
+            layer._kernel.assign(values)
+            layer.kernel_scale.assign(scale)
+    del layer.lora_kernel_a
+    del layer.lora_kernel_b
+    layer.lora_enabled = False
+    layer.lora_rank = None
+    layer._tracker.lock()
 
 
 def _without_names(value):

@@ -27,12 +27,10 @@ Shape legend: O a projection's outputs, I its inputs, B its blocks of 32
 inputs (I / 32).
 """
 
-import contextlib
-import gc
-
 import numpy as np
 
 from keras_transformer import _gguf
+from keras_transformer._compat import collect_once
 from keras_transformer.layers.quantization import BlockConfig
 from keras_transformer.pretrained import checkpoint, llama
 
@@ -289,7 +287,7 @@ def _set_int8(model, blocks):
         for layer in model._flatten_layers()
         if hasattr(layer, "assign_int8")
     }
-    with _one_collection():
+    with collect_once():
         for name, variable, _ in llama._pairs(model):
             if name not in blocks:
                 continue
@@ -299,20 +297,3 @@ def _set_int8(model, blocks):
             layer.assign_int8(values.T, scales)  # (I, O): Keras' kernel layout
     model._quantized_mode = "int8"
     model._quantization_block_size = BLOCK
-
-
-@contextlib.contextmanager
-def _one_collection():
-    """Python's garbage collection run once on leaving, not per variable.
-
-    Keras' `Layer.__delattr__` runs `gc.collect()` after each variable it
-    removes, three per layer that `quantize` replaces (checked on Keras
-    3.15.1): with TensorFlow's objects in memory, about 0.3 s each, a minute
-    and more for a model of 200 projections."""
-    collect = gc.collect
-    gc.collect = lambda *args, **kwargs: 0
-    try:
-        yield
-    finally:
-        gc.collect = collect
-    gc.collect()

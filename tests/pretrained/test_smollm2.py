@@ -12,7 +12,6 @@ ChatML template), greedy chat replies, logits, int8 and LoRA on the real
 weights.
 """
 
-import gc
 import gzip
 import importlib.util
 import json
@@ -234,24 +233,13 @@ def numpy_dequantized(matrix, block_size):
     return values / np.repeat(scale, block_size, axis=1)[:, : matrix.shape[0]].T
 
 
-@pytest.fixture
-def no_collect_per_variable(monkeypatch):
-    """Keras' `Layer.__delattr__` runs `gc.collect()` for every variable
-    deleted, which `quantize` (3 per projection) and `merge_lora` (2) do:
-    0.6 s each with this model loaded, 6 minutes for `quantize("int8")`.
-    The tests skip those collections; the numbers are the same."""
-    monkeypatch.setattr(gc, "collect", lambda generation=2: 0)
-
-
 def kernels(model):
     """`{path: layer}` of the model's projections (`Dense`, `EinsumDense`)."""
     return {la.path: la for la in model.projection_layers()}
 
 
 @pytest.mark.slow
-def test_int8_on_real_weights_is_the_numpy_rounding(
-    gguf_task, reference, no_collect_per_variable
-):
+def test_int8_on_real_weights_is_the_numpy_rounding(gguf_task, reference):
     float_model = gguf_task.model
     model = kt.models.from_pretrained(gguf_path())
     before = {p: to_numpy(la.kernel) for p, la in kernels(model).items()}
@@ -315,9 +303,7 @@ class assigned:
 
 
 @pytest.mark.slow
-def test_lora_on_real_weights_is_the_numpy_update(
-    gguf_task, reference, no_collect_per_variable
-):
+def test_lora_on_real_weights_is_the_numpy_update(gguf_task, reference):
     model = gguf_task.model
     plain = logits(model, reference)
     original = {p: to_numpy(la.kernel) for p, la in kernels(model).items()}
