@@ -204,9 +204,10 @@ class ModelMixin(LoRAMixin, QuantizeMixin, FitMixin):
         config = dict(config)
         mode = config.pop("quantization_mode", None)
         block_size = config.pop("quantization_block_size", None)
+        float_layers = config.pop("quantization_float_layers", ())
         # Files saved before 0.2 have no policy: the global one, as then.
         with global_dtype_policy(config.pop("dtype_policy", None)):
-            return cls(**config)._requantize(mode, block_size)
+            return cls(**config)._requantize(mode, block_size, float_layers)
 
     @classmethod
     def presets(cls):

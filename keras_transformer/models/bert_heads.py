@@ -49,11 +49,12 @@ class BERTHead(LoRAMixin, QuantizeMixin, FitMixin, keras.Model):
         config = dict(config)
         mode = config.pop("quantization_mode", None)
         block_size = config.pop("quantization_block_size", None)
+        float_layers = config.pop("quantization_float_layers", ())
         with global_dtype_policy(config.pop("dtype_policy", None)):
             config["backbone"] = keras.saving.deserialize_keras_object(
                 config["backbone"]
             )
-            return cls(**config)._requantize(mode, block_size)
+            return cls(**config)._requantize(mode, block_size, float_layers)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -112,8 +112,9 @@ class QuantizeMixin:
             )
         self._quantize_layers(mode, block_config, **kwargs)
 
-    def _quantize_layers(self, mode, config, **kwargs):
-        """Quantizes the float layers (a head's backbone may already be)."""
+    def _quantize_layers(self, mode, config, float_layers=(), **kwargs):
+        """Quantizes the float layers (a head's backbone may already be),
+        but those named in `float_layers` (paths below the model's)."""
         with collect_once():
             super().quantize(
                 mode,
@@ -121,9 +122,12 @@ class QuantizeMixin:
                 filters=lambda layer: (
                     isinstance(layer, QUANTIZED_LAYERS)
                     and getattr(layer, "quantization_mode", None) is None
+                    and self._path_of(layer) not in float_layers
                 ),
                 **kwargs,
             )
+        if float_layers:
+            self._quantization_float_layers = tuple(float_layers)
         self._quantized_mode = mode
         self._quantization_block_size = config.block_size
         backbone = getattr(self, "backbone", None)
@@ -139,15 +143,35 @@ class QuantizeMixin:
         mode = self.quantized_mode
         if mode is None:
             return {}
+        config = {"quantization_mode": mode}
         block_size = getattr(self, "_quantization_block_size", None)
-        if block_size is None:
-            return {"quantization_mode": mode}
-        return {"quantization_mode": mode, "quantization_block_size": block_size}
+        if block_size is not None:
+            config["quantization_block_size"] = block_size
+        float_layers = getattr(self, "_quantization_float_layers", ())
+        if float_layers:
+            config["quantization_float_layers"] = list(float_layers)
+        return config
 
-    def _requantize(self, mode, block_size=None):
+    def _requantize(self, mode, block_size=None, float_layers=()):
         """After `from_config`: the layers quantized again (before the int8
-        weights are loaded into them). A file saved before blocks has no
-        block size: a scale per column, as it was quantized."""
+        weights are loaded into them), but `float_layers`. A file saved
+        before blocks has no block size: a scale per column, as it was
+        quantized."""
         if mode is not None and self.quantized_mode is None:
-            self._quantize_layers(mode, BlockConfig(block_size))
+            self._quantize_layers(mode, BlockConfig(block_size), float_layers)
         return self
+
+    def _keep_float(self):
+        """Records the projections and embeddings that are still float in
+        a model whose other layers were quantized one by one (a GGUF file's
+        Q8_0 / Q4_0 tensors), so that its `.keras` file rebuilds them so."""
+        self._quantization_float_layers = tuple(
+            self._path_of(layer)
+            for layer in self._flatten_layers()
+            if isinstance(layer, QUANTIZED_LAYERS)
+            and getattr(layer, "quantization_mode", None) is None
+        )
+
+    def _path_of(self, layer):
+        """`layer`'s path below the model (the model's own name varies)."""
+        return layer.path.removeprefix(f"{self.name}/")

@@ -297,3 +297,4 @@ def _set_int8(model, blocks):
             layer.assign_int8(values.T, scales)  # (I, O): Keras' kernel layout
     model._quantized_mode = "int8"
     model._quantization_block_size = BLOCK
+    model._keep_float()  # the embedding and any dequantized projection
