@@ -1,6 +1,7 @@
 """The `keras-transformer` command end to end, on tiny settings."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -35,6 +36,11 @@ def load_trained(folder):
     return keras.saving.load_model(folder / "model.keras"), tokenizer
 
 
+# The wiring, not the recipes' quality: one tiny block (the defaults'
+# learning is `benchmarks/readme_first_command.py`'s and the docs' tables).
+TINY = ("--layers", "1", "--heads", "2", "--hidden", "16", "--seed", "1")
+
+
 @pytest.fixture(scope="module")
 def gpt_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cli_gpt")
@@ -42,8 +48,9 @@ def gpt_folder(tmp_path_factory):
     data.write_text("\n".join(["the cat sat on the mat."] * 200))
     out = folder / "gpt"
     result = run(
-        "train", "gpt2", "--data", str(data), "--output", str(out), "--steps", "60"
-    )
+        "train", "gpt2", "--data", str(data), "--output", str(out), "--steps", "30",
+        "--context", "16", "--learning-rate", "1e-2", *TINY,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     return out, result
 
@@ -54,9 +61,13 @@ def test_train_gpt2_learns_and_generate_continues_with_the_model(gpt_folder):
     assert {"model.keras", "tokenizer.json", "saved_model", "config.json"} <= set(
         os.listdir(out)
     )
-    # One sentence repeated: the model must do far better than a uniform guess.
-    assert printed(result, "held-out loss (nats per character)") < 0.5 * printed(
-        result, "uniform guess loss"
+    with open(out / "config.json") as f:
+        settings = json.load(f)["settings"]
+    assert (settings["layers"], settings["hidden"], settings["context"]) == (1, 16, 16)
+    loss = printed(result, "held-out loss (nats per character)")
+    assert loss < printed(result, "loss before training") - 0.5  # it trained
+    assert printed(result, "held-out perplexity") == pytest.approx(
+        math.exp(loss), rel=1e-3
     )
     answer = run(
         "generate", "--model", str(out), "--temperature", "0", "--max-new-tokens",
@@ -73,10 +84,11 @@ def test_train_gpt2_learns_and_generate_continues_with_the_model(gpt_folder):
     ids = tokenizer(["the cat"]).to_tensor().numpy()
     end = tokenizer.token_to_id("[END]")
     tokens = kt.generation.generate(model, ids, 6, end_token_id=end)
+    assert (tokens[0, len("the cat") :] != 0).any()  # something was generated
     tokens = np.where(tokens == end, 0, tokens)
     expected = tokenizer.detokenize(tokens).numpy()[0].decode()
     assert text == expected
-    assert text.startswith("the cat") and len(text) == len("the cat") + 6
+    assert text.startswith("the cat") and len(text) <= len("the cat") + 6
 
 
 @pytest.mark.slow
@@ -85,54 +97,88 @@ def test_generate_bounds_and_a_model_asked_for_the_wrong_task(gpt_folder):
     bounded = run("generate", "--model", str(out), "--max-new-tokens", "2", "the")
     assert bounded.returncode == 0, bounded.stderr[-2000:]
     text = bounded.stdout.rstrip("\n")
-    # The prompt and one or two new characters: something was generated.
-    assert text.startswith("the") and len("the") < len(text) <= len("the") + 2
+    # The prompt and at most two new characters.
+    assert text.startswith("the") and len(text) <= len("the") + 2
     wrong = run("classify", "--model", str(out), "a text")
     assert wrong.returncode == 2
     assert "cannot classify: it serves" in wrong.stderr and "generate" in wrong.stderr
 
 
 @pytest.mark.slow
-def test_train_bert_then_classify_known_examples(tmp_path):
-    data = tmp_path / "labels.tsv"
+def test_train_bert_then_classify_the_held_out_file(tmp_path):
+    """The printed held-out accuracy is that of `classify` on the
+    `--validation-data` file, whatever the tiny model learned."""
     good, bad = ["good", "great", "fine"], ["bad", "awful", "poor"]
     rows = [f"{w} movie\tignored column\tpos" for w in good]
     rows += [f"{w} movie\tignored column\tneg" for w in bad]
+    data = tmp_path / "labels.tsv"
     data.write_text("\n".join(rows * 30))
+    held = [f"{w} film\tx\t{label}" for w, label in
+            [("great", "pos"), ("awful", "neg"), ("fine", "pos"), ("bad", "neg"),
+             ("good", "pos")]]  # fmt: skip
+    validation = tmp_path / "held.tsv"
+    validation.write_text("\n".join(held))
     out = tmp_path / "bert"
     result = run(
-        "train", "bert", "--data", str(data), "--output", str(out), "--steps", "80"
-    )
+        "train", "bert", "--data", str(data), "--validation-data", str(validation),
+        "--output", str(out), "--steps", "20", *TINY,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    assert printed(result, "held-out accuracy") == 1.0
     # The label is the last column (the TSV rule of kt.text.load_labeled_text).
     with open(out / "config.json") as f:
         assert json.load(f)["settings"]["class_names"] == ["neg", "pos"]
-    answer = run("classify", "--model", str(out), "great movie", "awful movie")
+    texts = [row.split("\t")[0] for row in held]
+    answer = run("classify", "--model", str(out), *texts)
     assert answer.returncode == 0, answer.stderr[-2000:]
     lines = [line.split("\t") for line in answer.stdout.strip().splitlines()]
-    assert [(label, text) for label, _, text in lines] == [
-        ("pos", "great movie"),
-        ("neg", "awful movie"),
-    ]
-    assert all(0.5 < float(probability) <= 1 for _, probability, _ in lines)
+    assert [text for _, _, text in lines] == texts
+    assert all(0.5 <= float(probability) <= 1 for _, probability, _ in lines)
+    correct = [label == row.split("\t")[-1] for (label, _, _), row in
+               zip(lines, held, strict=True)]  # fmt: skip
+    assert printed(result, "held-out accuracy") == pytest.approx(
+        sum(correct) / len(held)
+    )
 
 
 @pytest.mark.slow
-def test_train_seq2seq_then_translate(tmp_path):
+def test_train_seq2seq_scores_are_sacrebleus_on_its_translations(tmp_path):
+    """BLEU, chrF and exact matches printed by `train` (on `--validation-data`)
+    and `evaluate` are sacrebleu's on the translations `evaluate` wrote, which
+    are `translate`'s."""
+    sacrebleu = pytest.importorskip("sacrebleu")
     words = {"one": "un", "two": "deux", "three": "trois", "four": "quatre"}
     data = tmp_path / "pairs.tsv"
     data.write_text("\n".join([f"{s}\t{t}" for s, t in words.items()] * 60))
+    held = [("one two", "un deux"), ("three", "trois"), ("four one", "quatre un")]
+    validation = tmp_path / "held.tsv"
+    validation.write_text("\n".join(f"{s}\t{t}" for s, t in held))
     out = tmp_path / "seq2seq"
     result = run(
-        "train", "seq2seq", "--data", str(data), "--output", str(out),
-        "--steps", "150",
+        "train", "seq2seq", "--data", str(data), "--validation-data",
+        str(validation), "--output", str(out), "--steps", "20", *TINY,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    assert printed(result, "held-out exact-match accuracy") == 1.0
-    answer = run("translate", "--model", str(out), "three", "one")
+    predictions = tmp_path / "predictions.txt"
+    scored = run(
+        "evaluate", "--model", str(out), "--data", str(validation),
+        "--predictions", str(predictions),
+    )  # fmt: skip
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    hypotheses = predictions.read_text().splitlines()
+    references = [t for _, t in held]
+    assert len(hypotheses) == len(held)
+    bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+    chrf = sacrebleu.corpus_chrf(hypotheses, [references]).score
+    exact = sum(h == r for h, r in zip(hypotheses, references, strict=True)) / 3
+    for output, prefix in [(result, "held-out "), (scored, "")]:
+        assert printed(output, prefix + "BLEU") == pytest.approx(bleu, abs=1e-4)
+        assert printed(output, prefix + "chrF") == pytest.approx(chrf, abs=1e-4)
+        assert printed(output, prefix + "exact-match accuracy") == pytest.approx(
+            exact, abs=1e-4
+        )
+    answer = run("translate", "--model", str(out), *[s for s, _ in held])
     assert answer.returncode == 0, answer.stderr[-2000:]
-    assert answer.stdout.splitlines() == ["trois", "un"]
+    assert answer.stdout.splitlines() == hypotheses
 
 
 @pytest.mark.slow
@@ -144,7 +190,7 @@ def test_overwrite_replaces_the_folder_whole(tmp_path):
     (busy / "keep.txt").write_text("x")
     result = run(
         "train", "gpt2", "--data", str(data), "--output", str(busy), "--steps", "2",
-        "--overwrite",
+        "--overwrite", "--context", "16", *TINY,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert "keep.txt" not in os.listdir(busy)
@@ -217,9 +263,11 @@ def test_errors_are_one_line_and_write_nothing(tmp_path):
 
 def test_help_documents_every_command():
     result = run("--help")
+    assert result.returncode == 0, result.stderr[-2000:]
     for command in ["demo", "train", "generate", "export", "classify", "translate"]:
         assert command in result.stdout
     train = run("train", "--help")
+    assert train.returncode == 0, train.stderr[-2000:]
     for flag in [
         "--data",
         "--output",

@@ -47,6 +47,7 @@ def test_lora_training_generate_and_export(tmp_path):
     # generate --lora on the base folder == the tuned folder's SavedModel.
     prompt = ["--temperature", "0", "--max-new-tokens", "5", "the cat"]
     served = run("generate", "--model", str(tuned), *prompt)
+    assert served.returncode == 0, served.stderr[-3000:]
     adapter = str(tuned / "adapter.safetensors")
     with_lora = run("generate", "--model", str(base), "--lora", adapter, *prompt)
     assert with_lora.returncode == 0, with_lora.stderr[-3000:]
