@@ -15,17 +15,14 @@ whose merges leave a split out is refused, naming it, rather than tokenized
 differently.
 """
 
-import struct
-
-from keras_transformer.text.llama_tokenizer import _BYTE_PIECE, _varint
-
-# sentencepiece_model.proto: ModelProto.pieces = 1, .trainer_spec = 2,
-# .normalizer_spec = 3; SentencePiece.piece = 1, .score = 2, .type = 3.
-NORMAL, UNKNOWN, CONTROL, BYTE = 1, 2, 3, 6
-_BPE = 2  # TrainerSpec.model_type
-# TrainerSpec fields: model_type 3, vocab_size 4, byte_fallback 35,
-# unk_id 40, bos_id 41, eos_id 42, pad_id 43.
-_TRAINER = [(3, _BPE), (35, 1), (41, -1), (42, -1), (43, -1)]
+from keras_transformer.text.sentencepiece_model import (
+    BYTE,
+    BYTE_PIECE,
+    CONTROL,
+    NORMAL,
+    UNKNOWN,
+    bpe_model,
+)
 
 
 def proto_from_tokenizer_json(data, file):
@@ -58,23 +55,15 @@ def proto_from_tokenizer_json(data, file):
             kinds[token] = UNKNOWN
         elif token in added:
             kinds[token] = CONTROL
-        elif _BYTE_PIECE.fullmatch(token):
+        elif BYTE_PIECE.fullmatch(token):
             kinds[token] = BYTE
         else:
             kinds[token] = NORMAL
     normal = {t for t, kind in kinds.items() if kind == NORMAL}
     scores = _scores(model.get("merges") or [], normal, file)
-    pieces = b""
-    for token in tokens:
-        kind = kinds[token]
-        piece = _string(1, token.encode("utf-8"))
-        piece += _varint(2 << 3 | 5) + struct.pack("<f", scores.get(token, 0.0))
-        piece += _int(3, kind)
-        pieces += _string(1, piece)
-    trainer = _int(4, len(tokens)) + _int(40, vocabulary[unknown])
-    trainer += b"".join(_int(number, value) for number, value in _TRAINER)
-    normalizer = _string(1, b"identity") + _int(3, 0) + _int(4, 0) + _int(5, 1)
-    return pieces + _string(2, trainer) + _string(3, normalizer)
+    pieces = [(t, scores.get(t, 0.0), kinds[t]) for t in tokens]
+    # No dummy prefix: LlamaTokenizer puts it, by the file's Metaspace.
+    return bpe_model(pieces, vocabulary[unknown], add_dummy_prefix=False)
 
 
 def _scores(merges, normal, file):
@@ -99,12 +88,3 @@ def _scores(merges, normal, file):
                     "split listed) are supported."
                 )
     return {piece: -float(rank + 1) for piece, rank in first.items()}
-
-
-def _int(number, value):
-    """A varint field; negative int32 values as ten bytes, as protobuf does."""
-    return _varint(number << 3) + _varint(value & (2**64 - 1))
-
-
-def _string(number, value):
-    return _varint(number << 3 | 2) + _varint(len(value)) + value

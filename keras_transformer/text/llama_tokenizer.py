@@ -6,7 +6,6 @@ Shape legend: B batch, N pieces of text in all.
 
 import base64
 import os
-import re
 
 import keras
 import tensorflow as tf
@@ -14,10 +13,14 @@ import tensorflow as tf
 from keras_transformer.text import checks, pretokenizers
 from keras_transformer.text._lazy import tf_text
 from keras_transformer.text.chat import ChatTemplateMixin, check_chat_template
+from keras_transformer.text.sentencepiece_model import (
+    BYTE_PIECE,
+    fields,
+    string_field,
+)
 from keras_transformer.text.tokenizer import Tokenizer
 
 PREPEND_SCHEMES = ("first", "always", "never", "prepend")
-_BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -125,7 +128,7 @@ class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
         )
         self._piece_bytes = tf.constant([b""] + [_bytes(t) for t in tokens])
         self._is_byte = tf.constant(
-            [False] + [bool(_BYTE_PIECE.fullmatch(t)) for t in tokens]
+            [False] + [bool(BYTE_PIECE.fullmatch(t)) for t in tokens]
         )
 
     def _tokenize(self, strings):
@@ -209,7 +212,7 @@ def _read_proto(proto):
 def _bytes(piece):
     """What a piece decodes to: its byte for `<0x..>`, else its text with
     `"▁"` as a space."""
-    match = _BYTE_PIECE.fullmatch(piece)
+    match = BYTE_PIECE.fullmatch(piece)
     if match:
         return bytes([int(match.group(1), 16)])
     return piece.replace("\u2581", " ").encode("utf-8")
@@ -227,10 +230,10 @@ def _plain(proto):
     tokenizer puts the prefix itself, as transformers does), or a
     ValueError if it normalizes text."""
     out, found = b"", False
-    for number, wire, value, raw in _fields(proto):
+    for number, wire, value, raw in fields(proto):
         if number == _NORMALIZER and wire == 2:
             found = True
-            charsmap = [v for n, w, v, _ in _fields(value) if n == _CHARSMAP]
+            charsmap = [v for n, w, v, _ in fields(value) if n == _CHARSMAP]
             if any(charsmap):
                 raise ValueError(
                     "`proto` normalizes text (its normalizer has a character "
@@ -238,55 +241,8 @@ def _plain(proto):
                     "does not do. Received: a model with a normalization rule"
                 )
             value += _PLAIN
-            raw = _varint(number << 3 | 2) + _varint(len(value)) + value
+            raw = string_field(number, value)
         out += raw
     if not found:
-        out += _varint(_NORMALIZER << 3 | 2) + _varint(len(_PLAIN)) + _PLAIN
+        out += string_field(_NORMALIZER, _PLAIN)
     return out
-
-
-def _varint(value):
-    out = b""
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out += bytes([byte | (0x80 if value else 0)])
-        if not value:
-            return out
-
-
-def _read_varint(data, i):
-    value = shift = 0
-    while True:
-        if i >= len(data):
-            raise ValueError("`proto` is not a valid SentencePiece model.")
-        value |= (data[i] & 0x7F) << shift
-        shift += 7
-        i += 1
-        if not data[i - 1] & 0x80:
-            return value, i
-
-
-def _fields(data):
-    """`(number, wire type, value bytes, raw bytes)` of each field of a
-    serialized protobuf message."""
-    i = 0
-    while i < len(data):
-        start = i
-        key, i = _read_varint(data, i)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            _, end = _read_varint(data, i)
-            value = data[i:end]
-        elif wire in (1, 5):
-            end = i + (8 if wire == 1 else 4)
-            value = data[i:end]
-        elif wire == 2:
-            size, i = _read_varint(data, i)
-            end = i + size
-            value = data[i:end]
-        else:
-            raise ValueError("`proto` is not a valid SentencePiece model.")
-        if end > len(data):
-            raise ValueError("`proto` is not a valid SentencePiece model.")
-        i = end
-        yield number, wire, value, data[start:end]
