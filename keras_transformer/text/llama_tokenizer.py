@@ -160,7 +160,8 @@ class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
         byte = tf.gather(self._is_byte, ids.flat_values)
         rows = ids.value_rowids()
         joins = byte[1:] & byte[:-1] & (rows[1:] == rows[:-1])
-        run = tf.cumsum(tf.cast(~tf.concat([[False], joins], 0), tf.int32)) - 1
+        starts = ~tf.concat([tf.zeros_like(byte[:1]), joins], 0)  # (N,), N may be 0
+        run = tf.cumsum(tf.cast(starts, tf.int32)) - 1
         runs = tf.strings.unsorted_segment_join(pieces, run, tf.size(pieces))
         bad = tf.gather(checks.replace_invalid_utf8(runs) != runs, run)
         pieces = tf.where(bad, "\ufffd", pieces)
