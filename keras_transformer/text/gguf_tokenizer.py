@@ -12,14 +12,33 @@ types and special token ids. `tokenizer.ggml.model` names the kind:
   control tokens (type 3) are special, user-defined ones (type 4) plain,
   both matched whole; the begin-of-text token goes first with
   `tokenizer.ggml.add_bos_token`;
-- anything else (`"llama"`, SentencePiece, included) is refused, naming it.
+- `"llama"` (SentencePiece BPE with byte fallback: Llama-2, Mistral,
+  TinyLlama) gives a `kt.text.LlamaTokenizer` running a SentencePiece model
+  written from `tokenizer.ggml.tokens`, `.scores` and `.token_type`.
+  transformers builds a `tokenizers` BPE whose merges are every split of a
+  piece into two pieces, ranked by the piece's score: SentencePiece's own
+  merge rule, as long as no two mergeable pieces share a score (a file
+  where they do, or that lists `tokenizer.ggml.merges`, is refused by
+  name). User-defined and unused pieces are normal pieces of the model
+  (transformers merges into them like any other); control pieces and the
+  named special tokens are special, user-defined ones plain added tokens,
+  all matched whole. A "▁" goes before the first piece of text
+  (`prepend_scheme="first"`: transformers' `LlamaTokenizer` defaults),
+  whatever `tokenizer.ggml.add_space_prefix` says: transformers does not
+  read it, llama.cpp does (a warning says so where it is false). The
+  begin-of-text token goes first unless `add_bos_token` is false;
+- anything else (`"t5"`, Gemma's files...) is refused, naming it.
 
 The chat template is `tokenizer.chat_template`. Ids are the file's plus one
 (id 0 is padding here).
 """
 
+import logging
+
 from keras_transformer import _gguf
+from keras_transformer.text import sentencepiece_model as spm
 from keras_transformer.text.bpe import BytePairTokenizer, bytes_to_unicode
+from keras_transformer.text.llama_tokenizer import LlamaTokenizer
 
 # `tokenizer.ggml.pre` -> our `split_pattern`, as transformers maps them:
 # GPT-2's pattern for the names it has no regex for (llama.cpp's "gpt2" and
@@ -34,7 +53,7 @@ PRE_TOKENIZERS = {
     "llama-v3": "llama3",
     "smaug-bpe": "llama3",
 }
-CONTROL, USER_DEFINED = 3, 4  # llama.cpp's token types
+CONTROL, USER_DEFINED = spm.CONTROL, spm.USER_DEFINED  # llama.cpp's = SentencePiece's
 # transformers' named special tokens and the metadata keys of their ids.
 SPECIAL_IDS = {
     "bos_token": "tokenizer.ggml.bos_token_id",
@@ -59,12 +78,25 @@ def from_file(path):
 def from_metadata(metadata, path):
     """The tokenizer described by a GGUF file's `metadata` (from `path`)."""
     kind = metadata.get("tokenizer.ggml.model")
-    if kind != "gpt2":
+    if kind not in READERS:
         raise ValueError(
-            "Only byte-level BPE tokenizers (tokenizer.ggml.model 'gpt2') are "
-            f"read from GGUF files. Received: tokenizer.ggml.model={kind!r} "
+            f"This GGUF file's tokenizer is not supported (supported: "
+            f"{sorted(READERS)}). Received: tokenizer.ggml.model={kind!r} "
             f"in {path!r}"
         )
+    return READERS[kind](metadata, path)
+
+
+def _named(metadata, tokens):
+    """transformers' named special tokens: `{"bos_token": "<s>", ...}`."""
+    return {
+        name: tokens[metadata[key]]
+        for name, key in SPECIAL_IDS.items()
+        if metadata.get(key) is not None and 0 <= metadata[key] < len(tokens)
+    }
+
+
+def _byte_level(metadata, path):
     pre = metadata.get("tokenizer.ggml.pre", "gpt2")
     if pre not in PRE_TOKENIZERS:
         raise ValueError(
@@ -78,11 +110,7 @@ def from_metadata(metadata, path):
     # Tokens spelled in the byte alphabet: the only ones transformers
     # matches whole (another control token is a llama.cpp mislabel).
     whole = {t for t, s in zip(tokens, spelled, strict=True) if t == s}
-    named = {
-        name: tokens[metadata[key]]
-        for name, key in SPECIAL_IDS.items()
-        if metadata.get(key) is not None and 0 <= metadata[key] < len(tokens)
-    }
+    named = _named(metadata, tokens)
     # Control tokens are special, user-defined ones plain added tokens.
     special = [
         t
@@ -112,6 +140,93 @@ def from_metadata(metadata, path):
         chat_template=metadata.get("tokenizer.chat_template"),
         special_tokens_map=named,
     )
+
+
+def _sentencepiece(metadata, path):
+    tokens = metadata["tokenizer.ggml.tokens"]
+    types = metadata.get("tokenizer.ggml.token_type") or [spm.NORMAL] * len(tokens)
+    scores = metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
+    if metadata.get("tokenizer.ggml.merges"):
+        raise ValueError(
+            "SentencePiece GGUF tokenizers with `tokenizer.ggml.merges` are not "
+            f"supported (their merges, not their scores, rank the pairs). "
+            f"Received: {len(metadata['tokenizer.ggml.merges'])} merges in {path!r}"
+        )
+    named = _named(metadata, tokens)
+    unknown = metadata.get(SPECIAL_IDS["unk_token"])
+    if unknown is None and spm.UNKNOWN in types:
+        unknown = types.index(spm.UNKNOWN)
+    if unknown is None or not 0 <= unknown < len(tokens):
+        raise ValueError(
+            "A SentencePiece GGUF tokenizer needs its unknown token (an id in "
+            "`tokenizer.ggml.unknown_token_id` or a token of type 2). "
+            f"Received: unknown_token_id={unknown!r} in {path!r}"
+        )
+    kinds = [_MODEL_TYPES.get(kind, kind) for kind in types]
+    kinds[unknown] = spm.UNKNOWN
+    _check_scores(tokens, scores, kinds, path)
+    proto = spm.bpe_model(
+        list(zip(tokens, scores, kinds, strict=True)),
+        unknown,
+        add_dummy_prefix=metadata.get("tokenizer.ggml.add_space_prefix", True),
+    )
+    if metadata.get("tokenizer.ggml.add_space_prefix") is False:
+        logging.warning(
+            "%s: tokenizer.ggml.add_space_prefix is false, but a space is put "
+            "before the text, as transformers does (llama.cpp does not).",
+            path,
+        )
+    special = [t for t, kind in zip(tokens, types, strict=True) if kind == CONTROL]
+    special += [t for t in named.values() if t not in special]
+    plain = [
+        t
+        for t, kind in zip(tokens, types, strict=True)
+        if kind == USER_DEFINED and t not in special
+    ]
+    # transformers: llama.cpp puts the begin-of-text token first unless the
+    # file says otherwise.
+    bos = named.get("bos_token") if metadata.get(_ADD_BOS, True) else None
+    eos = named.get("eos_token") if metadata.get(_ADD_EOS) else None
+    return LlamaTokenizer(
+        proto,
+        added_tokens=special + plain,
+        prepend_scheme="first",
+        bos_token=bos,
+        eos_token=eos,
+        special_tokens=[t for t in special if t not in (bos, eos)],
+        chat_template=metadata.get("tokenizer.chat_template"),
+        special_tokens_map=named,
+    )
+
+
+_ADD_BOS, _ADD_EOS = "tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token"
+# Token types as pieces of the model: transformers' BPE merges into
+# user-defined and unused pieces by their scores, as into normal ones.
+_MODEL_TYPES = {USER_DEFINED: spm.NORMAL, spm.UNUSED: spm.NORMAL}
+
+
+def _check_scores(tokens, scores, kinds, path):
+    """A ValueError where two pieces that merges can form share a score:
+    transformers ranks their merges by piece length and id there,
+    SentencePiece merges the leftmost pair, so they can differ."""
+    normal = {t for t, kind in zip(tokens, kinds, strict=True) if kind == spm.NORMAL}
+    seen = {}
+    for token, score in zip(tokens, scores, strict=True):
+        cuts = range(1, len(token))
+        if token in normal and any(
+            token[:i] in normal and token[i:] in normal for i in cuts
+        ):
+            if score in seen:
+                raise ValueError(
+                    f"{path!r}: the pieces {seen[score]!r} and {token!r} share "
+                    f"the score {score}, which makes transformers' merges and "
+                    "SentencePiece's differ: SentencePiece GGUF tokenizers need "
+                    "a distinct score for each piece formed by merging."
+                )
+            seen[score] = token
+
+
+READERS = {"gpt2": _byte_level, "llama": _sentencepiece}
 
 
 def _respelled(tokens):

@@ -14,15 +14,19 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer.pretrained import gguf as gguf_checkpoints
+from keras_transformer.text import gguf_tokenizer
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf", "gguf")
-with open(os.path.join(FIXTURES, "reference.json"), encoding="utf-8") as f:
-    REFERENCE = json.load(f)
-LOGITS = dict(np.load(os.path.join(FIXTURES, "logits.npz")))
+REFERENCE, LOGITS = {}, {}
+for prefix in ("", "llama_sp_"):  # the SentencePiece file has its own
+    with open(os.path.join(FIXTURES, f"{prefix}reference.json"), encoding="utf-8") as f:
+        REFERENCE.update(json.load(f))
+    LOGITS.update(np.load(os.path.join(FIXTURES, f"{prefix}logits.npz")))
 NAMES = sorted(REFERENCE)
 QUANTIZED = [n for n in NAMES if ".Q" in n]
+SENTENCEPIECE = "llama_sp_tiny.F16.gguf"
 # One file of each tokenizer (the three files of a family share theirs).
-TOKENIZED = ["llama_tiny.F16.gguf", "qwen2_tiny.F16.gguf"]
+TOKENIZED = ["llama_tiny.F16.gguf", "qwen2_tiny.F16.gguf", SENTENCEPIECE]
 # The bound; measured at most 1.04e-5 on the tiny files, 4.0e-5 on
 # SmolLM2-135M-Instruct Q4_1.
 ATOL = 1e-4
@@ -206,6 +210,11 @@ def test_tokenizer_ids_match_transformers(name):
             ours, skip_special_tokens=True
         ).numpy().decode() == (decoded)
         compared += 1
+    if "decode" in reference:  # special tokens kept (the SentencePiece file)
+        for ids, decoded in zip(
+            reference["text_ids"], reference["decode"], strict=True
+        ):
+            assert tokenizer.detokenize(np.array(ids) + 1).numpy().decode() == decoded
     assert compared >= len(reference["texts"]) - 1
     for prompt, ids in zip(PROMPTS, reference["prompt_ids"], strict=True):
         assert (np.asarray(tokenizer(prompt)) - 1).tolist() == ids
@@ -225,17 +234,16 @@ def test_chat_template_and_special_tokens_are_read(name):
         assert tokenizer.bos_token is None
 
 
-def test_task_from_gguf_generates_transformers_greedy_text():
-    name = "qwen2_tiny.Q8_0.gguf"
+@pytest.mark.parametrize("name", ["qwen2_tiny.Q8_0.gguf", SENTENCEPIECE])
+def test_task_from_gguf_generates_transformers_greedy_text(name):
     reference = REFERENCE[name]
     task = kt.tasks.from_pretrained(path(name))
     assert isinstance(task, kt.tasks.TextGenerator)
-    assert task.model.quantized_mode == "int8"
+    assert task.model.quantized_mode == ("int8" if ".Q" in name else None)
     eos = task.tokenizer.token_to_id(reference["special_tokens"]["eos_token"])
     assert task.end_token_id == eos
     prompt, expected = reference["prompt_ids"][1], reference["greedy"][1]
-    text = task.tokenizer.detokenize(np.array(prompt) + 1).numpy().decode()
-    reply = task.generate(text, max_new_tokens=len(expected) - len(prompt))
+    reply = task.generate(PROMPTS[1], max_new_tokens=len(expected) - len(prompt))
     new = np.array(expected[len(prompt) :]) + 1
     assert (
         reply
@@ -363,19 +371,61 @@ def test_refused_by_name_before_tensors_are_read(
         kt.models.from_pretrained(file)
 
 
-def test_a_sentencepiece_tokenizer_is_refused_by_name(tmp_path):
+def test_an_unknown_tokenizer_or_pre_tokenizer_is_refused_by_name(tmp_path):
     file = write_file(tmp_path / "tiny.gguf")
-    reader = gguf.GGUFReader(file)
-    metadata = gguf_checkpoints._gguf.metadata(reader)
-    metadata["tokenizer.ggml.model"] = "llama"
-    from keras_transformer.text import gguf_tokenizer
-
-    with pytest.raises(ValueError, match="tokenizer.ggml.model='llama'"):
+    metadata = gguf_checkpoints._gguf.metadata(gguf.GGUFReader(file))
+    metadata["tokenizer.ggml.model"] = "t5"
+    with pytest.raises(ValueError, match="tokenizer.ggml.model='t5'"):
         gguf_tokenizer.from_metadata(metadata, file)
     metadata["tokenizer.ggml.model"] = "gpt2"
     metadata["tokenizer.ggml.pre"] = "tekken"
     with pytest.raises(ValueError, match="tokenizer.ggml.pre='tekken'"):
         gguf_tokenizer.from_metadata(metadata, file)
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_metadata():
+    return gguf_checkpoints._gguf.metadata(gguf.GGUFReader(path(SENTENCEPIECE)))
+
+
+def test_sentencepiece_file_flags(sentencepiece_metadata, caplog):
+    # add_bos_token false: no begin-of-text token. add_space_prefix false:
+    # transformers still puts the space (llama.cpp would not), with a warning.
+    metadata = {
+        **sentencepiece_metadata,
+        "tokenizer.ggml.add_bos_token": False,
+        "tokenizer.ggml.add_space_prefix": False,
+    }
+    tokenizer = gguf_tokenizer.from_metadata(metadata, SENTENCEPIECE)
+    expected = REFERENCE[SENTENCEPIECE]["prompt_ids"][0]
+    assert (np.asarray(tokenizer(PROMPTS[0])) - 1).tolist() == expected[1:]
+    assert "add_space_prefix is false" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"tokenizer.ggml.merges": ["▁ t"]}, "1 merges"),
+        # "▁the" and "he" tied: transformers and SentencePiece could differ.
+        ({"score_of": ("▁the", "he")}, "'he' and '▁the' share"),
+        ({"tokenizer.ggml.unknown_token_id": 9999}, "unknown_token_id=9999"),
+    ],
+)
+def test_sentencepiece_files_we_cannot_compute_are_refused(
+    sentencepiece_metadata, change, message
+):
+    metadata, change = dict(sentencepiece_metadata), dict(change)
+    if "score_of" in change:
+        tokens, scores = (
+            metadata["tokenizer.ggml.tokens"],
+            metadata["tokenizer.ggml.scores"],
+        )
+        tied, like = (tokens.index(t) for t in change.pop("score_of"))
+        metadata["tokenizer.ggml.scores"] = [*scores]
+        metadata["tokenizer.ggml.scores"][tied] = scores[like]
+    metadata.update(change)
+    with pytest.raises(ValueError, match=message):
+        gguf_tokenizer.from_metadata(metadata, SENTENCEPIECE)
 
 
 @pytest.mark.parametrize(
