@@ -54,6 +54,11 @@ def render(template, messages, add_generation_prompt=True, tokens=None, **kwargs
 
     Returns:
         The rendered text (a `str`).
+
+    Raises:
+        ValueError: bad `messages`, no template, or messages the template
+            refuses (`raise_exception`) or cannot read (a turn without the
+            `content` it reads), as transformers refuses them.
     """
     messages = check_messages(messages)
     if not isinstance(template, str) or not template:
@@ -62,9 +67,18 @@ def render(template, messages, add_generation_prompt=True, tokens=None, **kwargs
             f"Received: chat_template={template!r}"
         )
     variables = {"tools": None, "documents": None, **(tokens or {}), **kwargs}
-    return _compile(template).render(
-        messages=messages, add_generation_prompt=add_generation_prompt, **variables
-    )
+    compiled = _compile(template)
+    import jinja2  # _compile imported it, or said how to install it
+
+    try:
+        return compiled.render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **variables
+        )
+    except jinja2.UndefinedError as error:  # e.g. a turn without `content`
+        raise ValueError(
+            f"The chat template cannot render these messages: {error}. "
+            f"Received: messages={checks.preview(messages, 3)}"
+        ) from None
 
 
 @functools.lru_cache(maxsize=16)

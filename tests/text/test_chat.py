@@ -46,9 +46,7 @@ def test_renderings_are_transformers(folder):
 def test_bad_messages_are_refused(folder):
     _, tokenizer = folder
     with pytest.raises(ValueError, match="message 1 is not.*'text': 'b'"):
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": "a"}, {"text": "b"}]
-        )
+        tokenizer.apply_chat_template([{"role": "user", "content": "a"}, {"text": "b"}])
     with pytest.raises(ValueError, match="message 0 is not.*'content': 'a'"):
         tokenizer.apply_chat_template([{"content": "a"}])
     with pytest.raises(ValueError, match="message 0 is not.*'hello'"):
@@ -59,12 +57,20 @@ def test_bad_messages_are_refused(folder):
         tokenizer.apply_chat_template([])
 
 
-def test_sandbox_globals_and_missing_template():
+def test_sandbox_globals_and_missing_template(monkeypatch):
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return cls(2024, 7, 26, 9, 30)
+
+    monkeypatch.setattr(chat.datetime, "datetime", Frozen)  # the clock, frozen
     tokens = {"eos_token": "</s>"}
-    template = "{{ strftime_now('%Y') }}{{ eos_token }}{{ {'é': 1} | tojson }}"
+    template = "{{ strftime_now('%d %b %Y') }}{{ eos_token }}{{ {'é': 1} | tojson }}"
     text = chat.render(template, [{"role": "user", "content": ""}], tokens=tokens)
-    assert text == f'{datetime.date.today().year}</s>{{"é": 1}}'
-    with pytest.raises(Exception, match="unsafe|access"):  # jinja2's SecurityError
+    assert text == '26 Jul 2024</s>{"é": 1}'
+    import jinja2.sandbox  # the chat extra, in the test extra
+
+    with pytest.raises(jinja2.sandbox.SecurityError, match="unsafe|access"):
         chat.render(
             "{{ messages.__class__.__mro__ }}", [{"role": "user", "content": ""}]
         )

@@ -6,6 +6,7 @@ added token, against tests/fixtures/hf/hub_tokenizers/reference.json
 
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -82,7 +83,7 @@ def test_chat_templates_with_tools_render_as_transformers(loaded, name):
         else:
             # raise_exception, or a message the template cannot read (an
             # assistant turn without content in Llama-2's): as transformers.
-            with pytest.raises(Exception):  # noqa: B017
+            with pytest.raises(ValueError, match=re.escape(chat["error"])):
                 tokenizer.apply_chat_template(*args, **options)
 
 
