@@ -39,7 +39,8 @@ def from_pretrained(path, dtype=None):
     A path ending in `.gguf` is a GGUF file (llama.cpp's; needs
     `pip install "keras-transformer[gguf]"`): `llama` and `qwen2` files
     give a `kt.models.Llama` computing what transformers computes of the
-    file, its Q8_0 and Q4_0 projections kept as int8 with blocks of 32
+    file, its Q8_0 and Q4_0 projections kept as int8 with blocks of 32;
+    `gpt2` files a float32 `kt.models.GPT2`, every tensor dequantized
     (see `kt.pretrained.gguf`).
 
     Args:

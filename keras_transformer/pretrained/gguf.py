@@ -1,6 +1,7 @@
 """GGUF files (llama.cpp's single-file checkpoints: what llama.cpp, Ollama
-and LM Studio download) -> `kt.models.Llama`, as transformers loads them
-(`AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)`).
+and LM Studio download) -> `kt.models.Llama` or `kt.models.GPT2`, as
+transformers loads them (`AutoModelForCausalLM.from_pretrained(folder,
+gguf_file=name)`).
 
 A GGUF file holds the config as metadata under llama.cpp's names and the
 tensors under its own. Loading builds the Hugging Face `config.json` of the
@@ -23,6 +24,23 @@ metadata and the Hugging Face tensors of the file, then goes through
   Q5_0, Q5_1, Q2_K..Q6_K tensors (`gguf.quants.dequantize`), into the
   model's dtype. Another type is refused by name.
 
+`gpt2` files give a `kt.models.GPT2` through `kt.pretrained.gpt2`'s
+`config_to_arguments` and `build`, in float32:
+
+- metadata as transformers maps it, except that transformers names the
+  context and feed-forward lengths `n_ctx` and `feed_forward_length`,
+  which its GPT-2 does not read (it keeps 1024 positions and 4 x hidden
+  size, and fails on a file of other sizes); we read them as
+  `n_positions` and `n_inner`, the sizes of the file's tensors;
+- llama.cpp stores `attn_qkv`, `attn_output`, `ffn_up` and `ffn_down` as
+  `(out, in)`; they are transposed back to GPT-2's `Conv1D` `(in, out)`,
+  as transformers does;
+- llama.cpp writes the tied head as its own `output.weight`: transformers
+  then unties it, we keep it tied where it equals the token embedding and
+  refuse the file where it does not (a head quantized to another type);
+- every tensor type above is dequantized, Q8_0 and Q4_0 too (GPT-2's
+  layers hold no int8 blocks of 32).
+
 Shape legend: O a projection's outputs, I its inputs, B its blocks of 32
 inputs (I / 32).
 """
@@ -32,12 +50,13 @@ import numpy as np
 from keras_transformer import _gguf
 from keras_transformer._compat import collect_once
 from keras_transformer.layers.quantization import BlockConfig
-from keras_transformer.pretrained import checkpoint, llama
+from keras_transformer.pretrained import checkpoint, gpt2, llama
 
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
+    "gpt2": "GPT2LMHeadModel",
 }
 # `{architecture}.{key}` of the metadata -> the config.json key, as
 # transformers maps them (None: read by nobody, as in transformers).
@@ -85,6 +104,37 @@ BLOCK_TENSORS = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+# GPT-2 files: metadata, tensor names (`blk.N.` -> `h.N.`) and the
+# weights llama.cpp transposes.
+GPT2_CONFIG_KEYS = {
+    "context_length": "n_positions",
+    "block_count": "n_layer",
+    "feed_forward_length": "n_inner",
+    "embedding_length": "n_embd",
+    "attention.head_count": "n_head",
+    "attention.layer_norm_epsilon": "layer_norm_epsilon",
+}
+GPT2_TOP_TENSORS = {
+    "token_embd.weight": "wte.weight",
+    "position_embd.weight": "wpe.weight",
+    "output_norm.weight": "ln_f.weight",
+    "output_norm.bias": "ln_f.bias",
+    "output.weight": "lm_head.weight",
+}
+GPT2_BLOCK_TENSORS = {
+    f"{theirs}.{kind}": f"{ours}.{kind}"
+    for theirs, ours in [
+        ("attn_norm", "ln_1"),
+        ("attn_qkv", "attn.c_attn"),
+        ("attn_output", "attn.c_proj"),
+        ("ffn_norm", "ln_2"),
+        ("ffn_up", "mlp.c_fc"),
+        ("ffn_down", "mlp.c_proj"),
+    ]
+    for kind in ("weight", "bias")
+}
+GPT2_TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight")
+GPT2_TRANSPOSED += ("mlp.c_proj.weight",)
 EXACT = ("F32", "F16", "BF16")
 INT8 = ("Q8_0", "Q4_0")  # integers times a scale per block of 32
 DEQUANTIZED = ("Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
@@ -112,6 +162,8 @@ def config_of(metadata, tensor_names, path):
             f"{sorted(ARCHITECTURES)}). Received: general.architecture="
             f"{architecture!r} in {path!r}"
         )
+    if architecture in OWN_READERS:
+        return OWN_READERS[architecture][0](metadata, tensor_names, path)
     model_type = architecture
     # transformers: llama.cpp writes Mistral as `llama`; a file whose name
     # is "mistral" is read as Mistral (its sliding window by default).
@@ -144,6 +196,29 @@ def config_of(metadata, tensor_names, path):
                 f"computes ({size}). Received: {prefix + name}="
                 f"{metadata[prefix + name]!r} in {path!r}"
             )
+    return _with_tokens(config, metadata, tensor_names)
+
+
+def _gpt2_config(metadata, tensor_names, path):
+    """The GPT-2 `config.json` of a `gpt2` file's metadata (see the module)."""
+    config = {"architectures": [ARCHITECTURES["gpt2"]], "model_type": "gpt2"}
+    for key, value in metadata.items():
+        if not key.startswith("gpt2."):
+            continue
+        name = key[len("gpt2.") :]
+        if name not in GPT2_CONFIG_KEYS:
+            raise ValueError(
+                f"This GGUF file's metadata key {key!r} is not one we compute "
+                f"(known: {sorted('gpt2.' + k for k in GPT2_CONFIG_KEYS)}). "
+                f"Received: {key}={value!r:.100} in {path!r}"
+            )
+        config[GPT2_CONFIG_KEYS[name]] = value
+    return _with_tokens(config, metadata, tensor_names)
+
+
+def _with_tokens(config, metadata, tensor_names):
+    """`config` with the vocabulary size, head tying and special token ids
+    transformers reads of the file."""
     if "vocab_size" not in config:
         config["vocab_size"] = len(metadata.get("tokenizer.ggml.tokens") or [])
     config["tie_word_embeddings"] = "output.weight" not in tensor_names
@@ -167,16 +242,11 @@ def load(path, dtype=None):
         )
     reader = _gguf.open_file(path)
     config = config_of(_gguf.metadata(reader), [t.name for t in reader.tensors], path)
+    if config["model_type"] in OWN_READERS:
+        return OWN_READERS[config["model_type"]][1](reader, config, dtype, path)
     arguments = llama.config_to_arguments(config)  # checks, before tensors
     names = {t.name: _hf_name(t.name, path) for t in reader.tensors}
-    for tensor in reader.tensors:
-        kind = tensor.tensor_type.name
-        if kind not in EXACT + INT8 + DEQUANTIZED:
-            raise ValueError(
-                f"GGUF tensor type {kind} is not supported (supported: "
-                f"{list(EXACT + INT8 + DEQUANTIZED)}). Received: tensor "
-                f"{tensor.name!r} of type {kind} in {path!r}"
-            )
+    _check_types(reader, path)
     permute = _permutations(config)
     dtype_np = checkpoint.numpy_dtype(dtype or "float32")
     weights, blocks = {}, {}
@@ -195,14 +265,54 @@ def load(path, dtype=None):
     return model
 
 
-def _hf_name(name, path):
+def _load_gpt2(reader, config, dtype, path):
+    """Our `GPT2` of a `gpt2` file (see the module), in float32."""
+    if dtype not in (None, "float32"):
+        raise ValueError(
+            "GPT-2 GGUF files load in float32 only. Received: "
+            f"dtype={dtype!r} for {path!r}"
+        )
+    # Tied here where the file's head equals its embedding (`build` checks).
+    config = {**config, "tie_word_embeddings": True}
+    gpt2.config_to_arguments(config)  # checks, before tensors
+    names = {
+        t.name: _hf_name(t.name, path, GPT2_TOP_TENSORS, GPT2_BLOCK_TENSORS, "h")
+        for t in reader.tensors
+    }
+    _check_types(reader, path)
+    weights = {}
+    for tensor in reader.tensors:
+        name = names[tensor.name]
+        weight = _dequantized(tensor)  # (O, I)
+        weights[name] = weight.T if name.endswith(GPT2_TRANSPOSED) else weight
+    return gpt2.build(config, weights)
+
+
+# Architectures read by their own `(config_of, load)`; the rest are
+# `llama`'s, read by `config_of` and `load` above.
+OWN_READERS = {"gpt2": (_gpt2_config, _load_gpt2)}
+
+
+def _check_types(reader, path):
+    """A ValueError naming a tensor of a type we do not read."""
+    for tensor in reader.tensors:
+        kind = tensor.tensor_type.name
+        if kind not in EXACT + INT8 + DEQUANTIZED:
+            raise ValueError(
+                f"GGUF tensor type {kind} is not supported (supported: "
+                f"{list(EXACT + INT8 + DEQUANTIZED)}). Received: tensor "
+                f"{tensor.name!r} of type {kind} in {path!r}"
+            )
+
+
+def _hf_name(name, path, top=TOP_TENSORS, block=BLOCK_TENSORS, layers="model.layers"):
     """The Hugging Face name of a llama.cpp tensor name, or a ValueError."""
-    if name in TOP_TENSORS:
-        return TOP_TENSORS[name]
+    if name in top:
+        return top[name]
     parts = name.split(".", 2)
     if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit():
-        if parts[2] in BLOCK_TENSORS:
-            return f"model.layers.{parts[1]}.{BLOCK_TENSORS[parts[2]]}"
+        if parts[2] in block:
+            return f"{layers}.{parts[1]}.{block[parts[2]]}"
     raise ValueError(
         f"This GGUF file has a tensor we do not compute: {name!r} (rope "
         f"frequency factors, experts and other tensors are not supported). "

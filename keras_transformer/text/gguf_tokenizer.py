@@ -5,7 +5,7 @@ gguf_file=name)`).
 A GGUF file has no `tokenizer.json`: it lists the tokens, merges, token
 types and special token ids. `tokenizer.ggml.model` names the kind:
 
-- `"gpt2"` (byte-level BPE: SmolLM2, Qwen2, Llama-3) gives a
+- `"gpt2"` (byte-level BPE: GPT-2, SmolLM2, Qwen2, Llama-3) gives a
   `kt.text.BytePairTokenizer`: tokens not spelled in GPT-2's byte alphabet
   are respelled from their UTF-8 bytes, as transformers does; the words
   are cut by the regex `tokenizer.ggml.pre` names (`PRE_TOKENIZERS`);
@@ -41,10 +41,11 @@ from keras_transformer.text.bpe import BytePairTokenizer, bytes_to_unicode
 from keras_transformer.text.llama_tokenizer import LlamaTokenizer
 
 # `tokenizer.ggml.pre` -> our `split_pattern`, as transformers maps them:
-# GPT-2's pattern for the names it has no regex for (llama.cpp's "gpt2" and
-# "smollm"), the Qwen2 and Llama-3 regexes for theirs.
+# GPT-2's pattern for the names it has no regex for (llama.cpp's "gpt-2",
+# "gpt2" and "smollm"), the Qwen2 and Llama-3 regexes for theirs.
 PRE_TOKENIZERS = {
     "gpt2": None,
+    "gpt-2": None,
     "smollm": None,
     "qwen2": "qwen2",
     "deepseek-r1-qwen": "qwen2",

@@ -350,7 +350,6 @@ def test_a_tiny_written_file_loads(tmp_path):
     "options, message",
     [
         (dict(kinds={"blk.0.attn_q.weight": "I8"}), "I8.*blk.0.attn_q.weight"),
-        (dict(architecture="gpt2"), "architecture.*'gpt2'"),
         (dict(architecture="falcon"), "architecture.*'falcon'"),
         (
             dict(metadata={"llama.rope.scaling.type": "linear"}),
