@@ -245,7 +245,9 @@ def run_export_test(path, requests, workdir):
 
 
 @atexit.register
-def _close_export_server():
+def close_export_servers():
+    """Ends the export server subprocess (each holds a TensorFlow process's
+    memory): at the end of each module (tests/conftest.py) and at exit."""
     while _servers:
         _servers.pop().close()
 

@@ -398,7 +398,7 @@ def _set_int8(model, blocks):
         if hasattr(layer, "assign_int8")
     }
     with collect_once():
-        for name, variable, _ in llama._pairs(model):
+        for name, variable, _ in llama.weight_pairs(model):
             if name not in blocks:
                 continue
             layer = owners[id(variable)]

@@ -278,7 +278,7 @@ def arguments_to_config(model, dtype):
     return config
 
 
-def _pairs(model):
+def weight_pairs(model):
     """`(Hugging Face name, our variable, (to ours, to theirs))` for every
     tensor of a `Llama`."""
     pairs = [("model.embed_tokens.weight", model.token_embedding.embeddings, SAME)]
@@ -355,7 +355,7 @@ def build(arguments, weights, dtype=None):
                 "(tie_word_embeddings=True)."
             )
         ignored = ("lm_head.weight",)
-    checkpoint.assign(_in_dtype(_pairs(model)), weights, _key, ignored)
+    checkpoint.assign(_in_dtype(weight_pairs(model)), weights, _key, ignored)
     return model
 
 
@@ -363,4 +363,4 @@ def export(model):
     """`(config, tensors)` of a `Llama` in Hugging Face's names and
     layouts, the tensors in the model's weights' dtype."""
     dtype = model.token_embedding.embeddings.dtype
-    return arguments_to_config(model, dtype), checkpoint.tensors(_pairs(model))
+    return arguments_to_config(model, dtype), checkpoint.tensors(weight_pairs(model))

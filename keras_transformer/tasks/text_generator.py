@@ -5,8 +5,6 @@ Shape legend: B prompts (times `num_return_sequences`), P the longest
 prompt, N new tokens, L the model's max_sequence_length.
 """
 
-import os
-
 import keras
 import numpy as np
 
@@ -19,6 +17,7 @@ from keras_transformer.generation.stream import (
     ChunkedDecoding,
 )
 from keras_transformer.models import CausalLM
+from keras_transformer.tasks import generation_settings as settings
 from keras_transformer.tasks import inputs, text_stream
 from keras_transformer.tasks.base import Task
 from keras_transformer.text import causal_lm_dataset
@@ -29,21 +28,6 @@ from keras_transformer.training import (
 
 # Tokens that end a document, in the order they are looked for.
 END_TOKENS = ("<|endoftext|>", "[END]")
-# The generation_config.json settings `generate` takes as its defaults, as
-# transformers' `generate` and `pipeline` do, with transformers' values for
-# those a folder that samples leaves out.
-GENERATION_KEYS = ("do_sample", "temperature", "top_k", "top_p", "repetition_penalty")
-SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
-
-
-class _DefaultSampler(str):
-    """`generate`'s default `sampler`: the task's generation settings where
-    they sample, else greedy. It equals `"greedy"`, so the signature reads
-    as it always has, but an explicit `"greedy"` is another object."""
-
-
-DEFAULT_SAMPLER = _DefaultSampler("greedy")
-
 # `generate` keywords that decode otherwise than the one-token loop.
 SPECULATIVE = (
     "draft_model",
@@ -67,14 +51,10 @@ class TextGenerator(Task):
             `[END]`, whichever the vocabulary has (None if neither), and
             `from_pretrained` the config's `eos_token_id` (one or a list);
             None never ends early. `fit` separates documents with the first.
-        generation_config: None, or the defaults of `generate` and `chat`
-            as a folder's `generation_config.json` holds them: a dict with
-            some of `do_sample`, `temperature`, `top_k`, `top_p` and
-            `repetition_penalty` (`from_pretrained` reads them). With
-            `do_sample` true, a call without a `sampler` samples with them
-            (transformers' 1.0, 50 and 1.0 for those left out), and a
-            `repetition_penalty` other than 1.0 applies to every call
-            without one; arguments given to a call win.
+        generation_config: None, or `generate`'s and `chat`'s defaults as
+            a `generation_config.json` holds them (`do_sample`,
+            `temperature`, `top_k`, `top_p`, `repetition_penalty`; see
+            docs/tasks.md); a call's own arguments win.
         **kwargs: base `keras.Model` arguments (`name`).
 
     Example:
@@ -102,7 +82,7 @@ class TextGenerator(Task):
         self, model, tokenizer, end_token="auto", generation_config=None, **kwargs
     ):
         super().__init__(model, tokenizer, **kwargs)
-        self.generation_config = _check_generation_config(generation_config)
+        self.generation_config = settings.check(generation_config)
         if isinstance(end_token, str) and end_token == "auto":
             vocabulary = set(tokenizer.get_vocabulary())
             end_token = next((t for t in END_TOKENS if t in vocabulary), None)
@@ -110,24 +90,16 @@ class TextGenerator(Task):
 
     @classmethod
     def _from_folder(cls, model, tokenizer, config, path):
-        # transformers reads generation_config.json first.
-        generation = os.path.join(path, "generation_config.json")
-        generation = validation.read_json(generation, missing_ok=True) or {}
-        end = generation.get("eos_token_id", config.get("eos_token_id"))
-        settings = {
-            k: generation[k] for k in GENERATION_KEYS if generation.get(k) is not None
-        }
-        # The checkpoint's ids are ours - 1.
-        if end is None or end == []:
-            return cls(model, tokenizer, generation_config=settings)
-        ids = [e + 1 for e in end] if isinstance(end, list) else end + 1
-        return cls(model, tokenizer, end_token=ids, generation_config=settings)
+        end, defaults = settings.read(path, config)
+        if end is None:
+            return cls(model, tokenizer, generation_config=defaults)
+        return cls(model, tokenizer, end_token=end, generation_config=defaults)
 
     def generate(
         self,
         prompts,
         max_new_tokens=32,
-        sampler=DEFAULT_SAMPLER,
+        sampler=settings.DEFAULT_SAMPLER,
         seed=None,
         stop=None,
         num_return_sequences=1,
@@ -219,8 +191,8 @@ class TextGenerator(Task):
         validation.check_positive_int(
             "stream_chunk_size", stream_chunk_size, allow_none=True
         )
-        sampler, repetition_penalty, sampler_args = self._settings(
-            sampler, repetition_penalty, sampler_args
+        sampler, repetition_penalty, sampler_args = settings.of_call(
+            self.generation_config, sampler, repetition_penalty, sampler_args
         )
         if repetition_penalty is not None:
             sampler_args["repetition_penalty"] = repetition_penalty
@@ -280,7 +252,7 @@ class TextGenerator(Task):
         return generated[0] if single else generated
 
     def chat(
-        self, messages, max_new_tokens=256, sampler=DEFAULT_SAMPLER, seed=None,
+        self, messages, max_new_tokens=256, sampler=settings.DEFAULT_SAMPLER, seed=None,
         stop=None, stream=False, **options,
     ):  # fmt: skip
         """The assistant's reply to a conversation.
@@ -329,17 +301,6 @@ class TextGenerator(Task):
             options.pop("repetition_penalty", None), False, stream,
             options.pop("stream_chunk_size", None), options,
         )  # fmt: skip
-
-    def _settings(self, sampler, repetition_penalty, sampler_args):
-        """`(sampler, repetition_penalty, sampler_args)` of a call: its own,
-        with the task's `generation_config` where the call leaves them out."""
-        settings = self.generation_config
-        if repetition_penalty is None and settings.get("repetition_penalty", 1.0) != 1:
-            repetition_penalty = settings["repetition_penalty"]
-        if sampler is not DEFAULT_SAMPLER or not settings.get("do_sample"):
-            return sampler, repetition_penalty, sampler_args
-        arguments = {k: settings.get(k, v) for k, v in SAMPLING_DEFAULTS.items()}
-        return "top_p", repetition_penalty, {**arguments, **sampler_args}
 
     def _end_ids(self):
         """The end ids as a tuple (empty for none)."""
@@ -486,16 +447,3 @@ class TextGenerator(Task):
         if self.generation_config:
             config["generation_config"] = dict(self.generation_config)
         return config
-
-
-def _check_generation_config(settings):
-    """`settings` as a dict of `GENERATION_KEYS`, or a ValueError naming
-    the argument."""
-    if settings is None:
-        return {}
-    if not isinstance(settings, dict) or set(settings) - set(GENERATION_KEYS):
-        raise ValueError(
-            f"`generation_config` must be None or a dict with some of "
-            f"{list(GENERATION_KEYS)}. Received: generation_config={settings!r}"
-        )
-    return dict(settings)
