@@ -11,7 +11,6 @@ a preset name.
 import contextlib
 import functools
 import threading
-import weakref
 
 import keras
 
@@ -284,8 +283,12 @@ def variables_signature(model):
 
 class CompiledFunctions:
     """Dicts of compiled functions, one per owner (a model or a task),
-    emptied when the owner's variables have changed. Owners are held
-    weakly.
+    emptied when the owner's variables have changed.
+
+    Each owner's dict is kept on the owner itself (an attribute Keras does
+    not track), so it lives and dies with the owner. (A weak-keyed table
+    did not free them: its values, functions closing over their owner, held
+    the keys alive, and every model ever decoded stayed in memory.)
 
     Example:
         >>> import keras
@@ -302,12 +305,13 @@ class CompiledFunctions:
     """
 
     def __init__(self):
-        self._entries = weakref.WeakKeyDictionary()
+        self._attribute = f"_kt_compiled_functions_{id(self)}"
 
     def of(self, owner):
         """`owner`'s dict of functions (a new one if its variables changed)."""
         signature = variables_signature(owner)
-        entry = self._entries.get(owner)
+        entry = owner.__dict__.get(self._attribute)
         if entry is None or entry[0] != signature:
-            entry = self._entries[owner] = (signature, {})
+            entry = (signature, {})
+            object.__setattr__(owner, self._attribute, entry)  # untracked
         return entry[1]

@@ -9,8 +9,6 @@ trailing U+FFFD (an incomplete character) is held back, as is an ending
 that may still grow into a stop string.
 """
 
-import weakref
-
 import numpy as np
 import tensorflow as tf
 
@@ -36,7 +34,10 @@ def new_ids(tokens, rows, max_new_tokens, end_token_ids):
 
 # A compiled detokenize per tokenizer: run eagerly, the ragged ops cost about
 # 20 ms a piece, several times the piece's decoding (benchmarks/tasks.py).
-_DETOKENIZE = weakref.WeakKeyDictionary()
+# Kept on the tokenizer (an attribute Keras does not track), so it dies with
+# it: in a weak-keyed table the function, which closes over its tokenizer,
+# kept the tokenizer alive.
+_DETOKENIZE = "_kt_compiled_detokenize"
 
 
 def texts(tokenizer, ids, prompts=None):
@@ -64,14 +65,14 @@ def texts(tokenizer, ids, prompts=None):
 
 def _decode(tokenizer, ids):
     """The text of each array of `ids`, decoded in one call."""
-    detokenize = _DETOKENIZE.get(tokenizer)
+    detokenize = tokenizer.__dict__.get(_DETOKENIZE)
     if detokenize is None:
         spec = tf.RaggedTensorSpec([None, None], tf.int32, row_splits_dtype=tf.int64)
         detokenize = tf.function(
             lambda ids: tokenizer.detokenize(ids, skip_special_tokens=True),
             input_signature=[spec],
         )
-        _DETOKENIZE[tokenizer] = detokenize
+        object.__setattr__(tokenizer, _DETOKENIZE, detokenize)  # untracked
     values = np.concatenate([np.asarray(i, "int32") for i in ids] + [[]])
     lengths = np.array([len(i) for i in ids], "int64")
     ragged = tf.RaggedTensor.from_row_lengths(values.astype("int32"), lengths)

@@ -117,3 +117,18 @@ def test_a_task_refuses_the_wrong_model_or_tokenizer():
         kt.tasks.TextGenerator(task.model, "abc")
     with pytest.raises(ValueError, match="end_token"):
         kt.tasks.TextGenerator(task.model, task.tokenizer, end_token="<nope>")
+
+
+def test_a_task_used_for_generation_is_freed_when_dropped():
+    # The compiled functions of a model and its tokenizer live on them: a
+    # weak-keyed table of functions closing over their owners kept every
+    # model and tokenizer ever decoded in memory.
+    import gc
+    import weakref
+
+    task = tiny_generator()
+    assert isinstance(task.generate("ab", max_new_tokens=2), str)
+    refs = [weakref.ref(o) for o in (task, task.model, task.tokenizer)]
+    del task
+    gc.collect()
+    assert [ref() for ref in refs] == [None, None, None]
