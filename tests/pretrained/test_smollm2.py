@@ -56,12 +56,17 @@ def gguf_path():
     return os.path.join(spec.submodule_search_locations[0], GGUF)
 
 
-@pytest.fixture(scope="module")
-def reference():
+def read_reference():
+    """transformers' references: the JSON, with the logits' arrays."""
     with open(os.path.join(HF, "smollm2_reference.json"), encoding="utf-8") as f:
         ref = json.load(f)
     ref["arrays"] = dict(np.load(os.path.join(HF, "smollm2_logits.npz")))
     return ref
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return read_reference()
 
 
 @pytest.fixture(scope="module")

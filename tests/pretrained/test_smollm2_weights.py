@@ -4,9 +4,6 @@ numpy rounding, LoRA against numpy `W + alpha / r * A @ B`. A module of its
 own: one float model and one int8 model alive, not the chat tests' too.
 """
 
-import json
-import os
-
 import numpy as np
 import pytest
 
@@ -14,22 +11,19 @@ import keras_transformer as kt
 from tests.helpers import to_numpy
 from tests.pretrained.test_smollm2 import (
     ATOL,
-    HF,
     INT8_ATOL,
     INT8_NUMPY_ATOL,
     LORA_ATOL,
     gguf_path,
     logit_difference,
     logits,
+    read_reference,
 )
 
 
 @pytest.fixture(scope="module")
 def reference():
-    with open(os.path.join(HF, "smollm2_reference.json"), encoding="utf-8") as f:
-        ref = json.load(f)
-    ref["arrays"] = dict(np.load(os.path.join(HF, "smollm2_logits.npz")))
-    return ref
+    return read_reference()
 
 
 @pytest.fixture(scope="module")
