@@ -57,7 +57,11 @@ def test_ids_are_the_reference_ids_plus_one(loaded, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_detokenize_keeps_special_tokens_unless_asked(loaded, name):
     ref = REFERENCE[name]
-    assert decoded(loaded[name], ref["ids"]) == ref["decode"]
+    ours = decoded(loaded[name], ref["ids"])
+    assert ours == ref["decode"]
+    # The tokenizers library's own decode (where the fixture has it) too:
+    # transformers' and it agree on these rows, and we with both.
+    assert ours == ref.get("tokenizers_decode", ours)
     skipped = decoded(loaded[name], ref["ids"], skip_special_tokens=True)
     assert skipped == ref["decode_skip_special"]
 
