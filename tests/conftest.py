@@ -12,11 +12,12 @@ after release) to `path`, one line a module, to find what grows.
 import ctypes
 import gc
 import os
+import tempfile
 import time
 
 import pytest
 
-from tests import helpers
+from tests import xdist_recycling
 
 # glibc gives each of TensorFlow's many threads a malloc arena of its own,
 # and freed memory stays in them: the two long-lived test workers' resident
@@ -29,6 +30,9 @@ os.environ.setdefault("MALLOC_ARENA_MAX", "2")
 # oneDNN's kernels are kept; only their memory comes from malloc, which
 # gives it back (a 355M-parameter model freed: 2.1 GB kept before, 0 now).
 os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
+# Where the workers say their process ids (see tests/xdist_recycling.py).
+if "PYTEST_XDIST_WORKER" not in os.environ:
+    os.environ[xdist_recycling.PIDS] = tempfile.mkdtemp(prefix="kt-workers-")
 
 try:
     _LIBC = ctypes.CDLL("libc.so.6")
@@ -41,8 +45,21 @@ def _rss_mb():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
 
 
+def pytest_configure(config):
+    xdist_recycling.register_worker()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return xdist_recycling.make_scheduler(config, log)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _release_after_module(request):
+    # Imported here: the xdist controller, which runs no test, stays
+    # without TensorFlow (600 MB).
+    from tests import helpers
+
     before, start = _rss_mb(), time.monotonic()
     yield
     after = _rss_mb()

@@ -197,10 +197,11 @@ LONG_PROMPT = "All: speak, speak. " + " ".join(
 )
 
 
-def test_a_long_prompt_keeps_its_last_tokens(generator):
+def test_a_long_prompt_keeps_its_last_tokens(generator, tmp_path):
     """The model's 32 positions, 6 new tokens: a prompt of more tokens than
-    26 is continued from its last 26, as documented in `generate`. (Spread
-    weights: the fixture's continue most prompts alike.)"""
+    26 is continued from its last 26, as documented in `generate` and in
+    docs/export.md, in Python and in the export. (Spread weights: the
+    fixture's continue most prompts alike.)"""
     model = spread_weights(kt.models.from_pretrained(os.path.join(HF, "gpt2_tiny")))
     spread = kt.tasks.TextGenerator(model, generator.tokenizer, end_token=None)
     row = spread.tokenizer.tokenize([LONG_PROMPT]).to_list()[0]
@@ -211,6 +212,19 @@ def test_a_long_prompt_keeps_its_last_tokens(generator):
     assert spread.generate(LONG_PROMPT, max_new_tokens=6) == expected
     head = kt.generation.generate(model, np.array([row[:keep]]), 6)
     assert head[0, keep:].tolist() != out[0, keep:].tolist()  # it matters which
+    # The export, asked for 6 new tokens and for 3 (a prompt of its last 29).
+    path = spread.export(tmp_path / "served", max_new_tokens=6)
+    prompts = np.array([LONG_PROMPT], dtype=object)
+    knobs = {"prompts": prompts, "max_new_tokens": np.int32(3), "temperature": 0.0}
+    _, (served, short) = run_export_test(
+        path, [("serving_default", {"prompts": prompts}), ("generate", knobs)],
+        tmp_path,
+    )  # fmt: skip
+    assert served["generated_text"][0].decode() == expected
+    out = kt.generation.generate(model, np.array([row[-keep - 3 :]]), 3)
+    expected = spread.tokenizer.detokenize(out[:, keep + 3 :]).numpy()[0].decode()
+    assert short["generated_text"][0].decode() == expected
+    np.testing.assert_array_equal(short["token_ids"][0, : keep + 6], out[0])
 
 
 def test_score_is_transformers_log_likelihood(generator):
