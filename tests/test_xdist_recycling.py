@@ -10,8 +10,10 @@ def test_the_xdist_internals_it_uses_are_there():
     # plain `loadfile` (workers growing to 10 GB): fail here instead.
     from xdist.dsession import DSession
     from xdist.scheduler import LoadFileScheduling
+    from xdist.workermanage import WorkerController
 
     assert callable(DSession._clone_node) and callable(DSession.report_line)
+    assert callable(WorkerController.ensure_teardown)
     for name in ("_reschedule", "_pending_of", "remove_node", "_assign_work_unit"):
         assert callable(getattr(LoadFileScheduling, name)), name
 
