@@ -9,9 +9,11 @@ real checkpoints' modules (SmolLM2, MiniLM) took a worker past 12 GB.
 after release) to `path`, one line a module, to find what grows.
 """
 
+import atexit
 import ctypes
 import gc
 import os
+import shutil
 import tempfile
 import time
 
@@ -33,6 +35,7 @@ os.environ.setdefault("TF_ONEDNN_USE_SYSTEM_ALLOCATOR", "1")
 # Where the workers say their process ids (see tests/xdist_recycling.py).
 if "PYTEST_XDIST_WORKER" not in os.environ:
     os.environ[xdist_recycling.PIDS] = tempfile.mkdtemp(prefix="kt-workers-")
+    atexit.register(shutil.rmtree, os.environ[xdist_recycling.PIDS], True)
 
 try:
     _LIBC = ctypes.CDLL("libc.so.6")
@@ -74,6 +77,5 @@ def _release_after_module(request):
         with open(log, "a") as f:
             f.write(
                 f"{worker} {request.module.__name__} {before} {after} "
-                f"{_rss_mb()} {time.monotonic() - start:.0f}s "
-                f"arena={os.environ.get('MALLOC_ARENA_MAX')}\n"
+                f"{_rss_mb()} {time.monotonic() - start:.0f}s\n"
             )

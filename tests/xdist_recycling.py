@@ -9,10 +9,11 @@ xdist (its crash handling, pytest-xdist 3.8).
 
 `RecyclingScheduling` hands out whole test files as `loadfile` does. When
 a worker is due for its next file and its resident memory is past
-`limit_mb`, it is sent no more work: it finishes the tests it holds (so
-its module fixtures are torn down as usual), its process is ended, and a
-fresh worker is started in its place, as xdist starts one for a crashed worker. Results
-are unchanged; a replacement costs one collection (about 20 s on 2 cores).
+`KT_TEST_WORKER_LIMIT_MB` (5000 by default), it is sent no more work: it
+finishes the tests it holds (so its module fixtures are torn down as
+usual), its process is ended, and a fresh worker is started in its place,
+as xdist starts one for a crashed worker. Results are unchanged; a
+replacement costs one collection (about 20 s on 2 cores).
 
 Workers write their process id to `KT_TEST_WORKER_PIDS/<worker id>`
 (`register_worker`), from which the controller reads their memory. This
@@ -57,15 +58,18 @@ def make_scheduler(config, log):
     except ImportError:
         return None
     dsession = config.pluginmanager.getplugin("dsession")
-    needed = ("_reschedule", "_pending_of", "remove_node")
-    if not all(hasattr(dsession, n) for n in ("_clone_node", "report_line")) or not all(
-        hasattr(LoadFileScheduling, name) for name in needed
-    ):
+    internals = [(dsession, "_clone_node"), (dsession, "report_line")] + [
+        (LoadFileScheduling, name)
+        for name in ("_reschedule", "_pending_of", "remove_node")
+    ]
+    if not all(hasattr(owner, name) for owner, name in internals):
         return None
     limit = int(os.environ.get(LIMIT, DEFAULT_LIMIT_MB))
 
     class RecyclingScheduling(LoadFileScheduling):
-        retired = set()
+        def __init__(self, config, log):
+            super().__init__(config, log)
+            self.retired = set()
 
         def _reschedule(self, node):
             if node not in self.registered_collections:
