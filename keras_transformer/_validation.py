@@ -55,6 +55,14 @@ def check_choice(name, value, choices):
         )
 
 
+def check_class(name, value, classes):
+    """`value` is an instance of one of `classes` (our model classes), or a
+    ValueError naming the argument and the classes."""
+    if not isinstance(value, tuple(classes)):
+        names = " or ".join(f"kt.models.{cls.__name__}" for cls in classes)
+        raise ValueError(f"`{name}` must be a {names}. Received: {name}={value!r}")
+
+
 def check_rank(name, shape, rank):
     """Checks a static shape's rank; `shape` may contain None dimensions."""
     if shape is None:

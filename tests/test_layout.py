@@ -9,6 +9,7 @@ holds two concepts.
 import ast
 import collections
 import pathlib
+import re
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 
@@ -169,3 +170,19 @@ def test_no_module_is_too_long():
         if (count := len(path.read_text().splitlines())) > LARGEST
     }
     assert long == {}
+
+
+# Dispatch on a model class or a `model_type` string (issue #44's check):
+# a family's identity is its `Family` record, asked through the registry.
+DISPATCH = re.compile(r"isinstance\([^)]*(GPT2|BERT|Llama|Seq2Seq|ViT)\b|model_type ==")
+
+
+def test_nothing_dispatches_on_a_model_class_or_model_type():
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for name, path in modules().items()
+        if name != "keras_transformer.pretrained.registry"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if DISPATCH.search(line)
+    ]
+    assert found == []

@@ -13,6 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer import _validation as validation
 from keras_transformer import models, tasks, training
 from keras_transformer.cli import datasets, scores
 from keras_transformer.cli.batches import token_stream
@@ -34,10 +35,12 @@ def load_generator(args):
     `args.lora` applied and `args.quantize` done (`generate`, `export`)."""
     model = keras.saving.load_model(os.path.join(args.model, "model.keras"))
     tokenizer = load_tokenizer(os.path.join(args.model, "tokenizer.json"))
-    if not isinstance(model, models.GPT2):
+    try:
+        validation.check_class("model", model, [models.GPT2])
+    except ValueError:
         raise CommandError(
             f"--model {args.model} holds a {type(model).__name__}, not a gpt2 model"
-        )
+        ) from None
     if args.lora:
         model.load_lora(args.lora)
         # Folded in: decoding then reads one kernel per projection, not the

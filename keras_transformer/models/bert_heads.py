@@ -9,6 +9,7 @@ C classes.
 import keras
 from keras import ops
 
+from keras_transformer import _validation as validation
 from keras_transformer.models.base import (
     FitMixin,
     global_dtype_policy,
@@ -75,10 +76,7 @@ class MaskedLMBias(keras.layers.Layer):
 
 
 def check_backbone(backbone):
-    if not isinstance(backbone, BERT):
-        raise ValueError(
-            f"`backbone` must be a kt.models.BERT. Received: backbone={backbone!r}"
-        )
+    validation.check_class("backbone", backbone, [BERT])
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -19,15 +19,9 @@ from keras_transformer.models.base import normal_initializer, placeholder_weight
 from keras_transformer.models.bert import BERT
 from keras_transformer.models.bert_heads import BERTClassifier, BERTMaskedLM
 from keras_transformer.pretrained import checkpoint
-from keras_transformer.text import hf_tokenizers
+from keras_transformer.pretrained.family import Family
+from keras_transformer.text import hf_writers
 from keras_transformer.text.wordpiece import WordPieceTokenizer
-
-# What the registry dispatches on.
-MODEL_TYPES = ("bert",)
-CLASSES = (BERT, BERTMaskedLM, BERTClassifier)
-# The architecture of a config whose `architectures` is null or missing
-# (as transformers resolves it, by `model_type`).
-DEFAULT_ARCHITECTURES = {"bert": "BertModel"}
 
 # Hugging Face config values our BERT computes exactly.
 SUPPORTED = {
@@ -47,12 +41,12 @@ def save(model, path, tokenizer=None):
     """Writes a `BERT`, `BERTMaskedLM` or `BERTClassifier` (and its
     `WordPieceTokenizer`) as a Hugging Face folder."""
     if tokenizer is not None:
-        hf_tokenizers.check_savable(tokenizer, WordPieceTokenizer)
+        hf_writers.check_savable(tokenizer, WordPieceTokenizer)
         size = getattr(model, "backbone", model).vocabulary_size
         checkpoint.check_tokenizer_size(tokenizer.vocabulary_size(), size, tokenizer)
     path = checkpoint.write_folder(path, *export(model))
     if tokenizer is not None:
-        hf_tokenizers.save_wordpiece(tokenizer, path)
+        hf_writers.save_wordpiece(tokenizer, path)
     return path
 
 
@@ -270,3 +264,19 @@ def export(model):
         config["label2id"] = {f"LABEL_{i}": i for i in range(model.num_classes)}
         config["classifier_dropout"] = model.dropout
     return config, checkpoint.tensors(pairs)
+
+
+FAMILY = Family(
+    name="BERT",
+    model_types=("bert",),
+    classes=(BERT, BERTMaskedLM, BERTClassifier),
+    architectures={
+        "BertModel": (BERT, "SentenceEncoder"),
+        "BertForMaskedLM": (BERTMaskedLM, "FillMask"),
+        "BertForSequenceClassification": (BERTClassifier, "TextClassifier"),
+    },
+    load=load,
+    save=save,
+    default_architectures={"bert": "BertModel"},
+    required=SUPPORTED,
+)

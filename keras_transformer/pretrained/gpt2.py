@@ -24,15 +24,9 @@ import numpy as np
 from keras_transformer.models.base import placeholder_weights
 from keras_transformer.models.gpt import GPT2
 from keras_transformer.pretrained import checkpoint
-from keras_transformer.text import hf_tokenizers
+from keras_transformer.pretrained.family import Family
+from keras_transformer.text import hf_tokenizers, hf_writers
 from keras_transformer.text.bpe import BytePairTokenizer
-
-# What the registry dispatches on.
-MODEL_TYPES = ("gpt2",)
-CLASSES = (GPT2,)
-# The architecture of a config whose `architectures` is null or missing
-# (as transformers resolves it, by `model_type`).
-DEFAULT_ARCHITECTURES = {"gpt2": "GPT2LMHeadModel"}
 
 ACTIVATIONS = {
     "gelu_new": "gelu_approximate",
@@ -62,7 +56,7 @@ def save(model, path, tokenizer=None):
     folder; the tokenizer's `<|endoftext|>` becomes the end token."""
     end = None
     if tokenizer is not None:
-        hf_tokenizers.check_savable(tokenizer, BytePairTokenizer)
+        hf_writers.check_savable(tokenizer, BytePairTokenizer)
         checkpoint.check_tokenizer_size(
             tokenizer.vocabulary_size(), model.vocabulary_size, tokenizer
         )
@@ -70,7 +64,7 @@ def save(model, path, tokenizer=None):
             end = tokenizer.token_to_id(hf_tokenizers.END)
     path = checkpoint.write_folder(path, *export(model, end))
     if tokenizer is not None:
-        hf_tokenizers.save_byte_pair(tokenizer, path)
+        hf_writers.save_byte_pair(tokenizer, path)
     return path
 
 
@@ -130,6 +124,37 @@ SHIFT = (
 )
 
 
+def block_projections(block):
+    """`(name, our layers)` of a block's projections, in the names that
+    the weight table and PEFT share: `c_attn` holds the query, key and
+    value side by side."""
+    attention = block.self_attention_layer
+    return [
+        (
+            "attn.c_attn",
+            [attention.query_dense, attention.key_dense, attention.value_dense],
+        ),
+        ("attn.c_proj", [attention.output_dense]),
+        ("mlp.c_fc", [block.feedforward_intermediate_dense]),
+        ("mlp.c_proj", [block.feedforward_output_dense]),
+    ]
+
+
+def peft_modules(model):
+    """`{PEFT module name: [(our layer, rows of lora_B or None)]}` of a
+    `GPT2`: `c_attn`'s `lora_B` rows are the query's, key's and value's."""
+    width = model.hidden_dim
+    table = {}
+    for i, block in enumerate(model.blocks):
+        for name, layers in block_projections(block):
+            rows = [slice(j * width, (j + 1) * width) for j in range(len(layers))]
+            table[f"transformer.h.{i}.{name}"] = [
+                (layer, rows[j] if len(layers) > 1 else None)
+                for j, layer in enumerate(layers)
+            ]
+    return table
+
+
 def _pairs(model):
     """`(Hugging Face name, our variable(s), (to ours, to theirs))` for every
     tensor of a `GPT2`."""
@@ -149,6 +174,12 @@ def _pairs(model):
         lambda bs: np.concatenate([b.reshape(-1) for b in bs]),
     )
     merge = (lambda w: w.reshape(heads, size, -1), lambda w: w.reshape(-1, hidden))
+    converters = {  # (kernel, bias) converters of each projection
+        "attn.c_attn": (fused, fused_bias),
+        "attn.c_proj": (merge, SAME),
+        "mlp.c_fc": (SAME, SAME),
+        "mlp.c_proj": (SAME, SAME),
+    }
     tables = model.embeddings
     pairs = [
         ("wte.weight", tables.token_embedding.embeddings, SHIFT),
@@ -156,37 +187,24 @@ def _pairs(model):
     ]
     for i, block in enumerate(model.blocks):
         prefix = f"h.{i}"
-        attention = block.self_attention_layer
-        projections = (
-            attention.query_dense,
-            attention.key_dense,
-            attention.value_dense,
-        )
-        pairs += checkpoint.norm_pairs(
-            f"{prefix}.ln_1", block.self_attention_layer_norm
-        )
-        pairs += [
-            (
-                f"{prefix}.attn.c_attn.weight",
-                tuple(p.kernel for p in projections),
-                fused,
+        norms = {
+            "attn": checkpoint.norm_pairs(
+                f"{prefix}.ln_1", block.self_attention_layer_norm
             ),
-            (
-                f"{prefix}.attn.c_attn.bias",
-                tuple(p.bias for p in projections),
-                fused_bias,
+            "mlp": checkpoint.norm_pairs(
+                f"{prefix}.ln_2", block.feedforward_layer_norm
             ),
-            (f"{prefix}.attn.c_proj.weight", attention.output_dense.kernel, merge),
-            (f"{prefix}.attn.c_proj.bias", attention.output_dense.bias, SAME),
-        ]
-        pairs += checkpoint.norm_pairs(f"{prefix}.ln_2", block.feedforward_layer_norm)
-        for name, layer in [
-            ("c_fc", block.feedforward_intermediate_dense),
-            ("c_proj", block.feedforward_output_dense),
-        ]:
+        }
+        for name, layers in block_projections(block):
+            pairs += norms.pop(name.split(".")[0], [])  # each norm before its part
+            kernel, bias = converters[name]
+            kernels = tuple(layer.kernel for layer in layers)
+            biases = tuple(layer.bias for layer in layers)
+            if len(layers) == 1:
+                kernels, biases = kernels[0], biases[0]
             pairs += [
-                (f"{prefix}.mlp.{name}.weight", layer.kernel, SAME),
-                (f"{prefix}.mlp.{name}.bias", layer.bias, SAME),
+                (f"{prefix}.{name}.weight", kernels, kernel),
+                (f"{prefix}.{name}.bias", biases, bias),
             ]
     pairs += checkpoint.norm_pairs("ln_f", model.final_layer_norm)
     return pairs
@@ -230,3 +248,20 @@ def export(model, end_token_id=None):
         [(f"transformer.{name}", v, c) for name, v, c in _pairs(model)]
     )
     return arguments_to_config(model, end_token_id), tensors
+
+
+FAMILY = Family(
+    name="GPT-2",
+    model_types=("gpt2",),
+    classes=(GPT2,),
+    architectures={
+        "GPT2LMHeadModel": (GPT2, "TextGenerator"),
+        "GPT2Model": (GPT2, None),
+    },
+    load=load,
+    save=save,
+    default_architectures={"gpt2": "GPT2LMHeadModel"},
+    required=REQUIRED,
+    peft_modules=peft_modules,
+    peft_fan_in_fan_out=True,  # Conv1D weights are (in, out)
+)

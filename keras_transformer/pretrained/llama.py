@@ -30,22 +30,21 @@ Shape legend: V the checkpoint's vocabulary size, E hidden size, H query
 heads, Hkv key/value heads, D head size, F feed-forward size.
 """
 
+import dataclasses
+
 from keras_transformer.models.base import global_dtype_policy, placeholder_weights
 from keras_transformer.models.llama import Llama
 from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained.family import Family
+from keras_transformer.text import hf_llama
 
-# What the registry dispatches on.
 MODEL_TYPES = ("llama", "mistral", "qwen2")
-CLASSES = (Llama,)
 ARCHITECTURES = {
     "llama": ("LlamaForCausalLM",),
     "mistral": ("MistralForCausalLM",),
     "qwen2": ("Qwen2ForCausalLM",),
 }
 NAMES = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2"}
-# The architecture of a config whose `architectures` is null or missing
-# (as transformers resolves it, by `model_type`).
-DEFAULT_ARCHITECTURES = {t: names[0] for t, names in ARCHITECTURES.items()}
 # transformers' defaults for keys a config.json may lack, per family.
 DEFAULTS = {
     "llama": dict(max_position_embeddings=2048, sliding_window=None),
@@ -148,13 +147,15 @@ def rope_settings(config):
 def window(config, model_type):
     """The sliding window of every layer (None: full attention), or a
     ValueError when only some layers have one."""
-    size = config["sliding_window"]
-    if model_type == "llama" or size is None:
+    if config["sliding_window"] is None:
         return None
-    if model_type == "mistral":
-        return size
-    # Qwen2: a window only with use_sliding_window, on the layers from
-    # max_window_layers on (or as layer_types lists them).
+    return VARIANTS[model_type].window(config)
+
+
+def _qwen2_window(config):
+    """Qwen2's window: only with use_sliding_window, on the layers from
+    max_window_layers on (or as layer_types lists them)."""
+    size = config["sliding_window"]
     if not config["use_sliding_window"]:
         return None
     layers = config["num_hidden_layers"]
@@ -183,10 +184,7 @@ def config_to_arguments(config):
     config = {**DEFAULTS[model_type], **config}
     heads = config["num_attention_heads"]
     theta, scaling = rope_settings(config)
-    if model_type == "qwen2":
-        bias = "qkv"
-    else:
-        bias = bool(config.get("attention_bias", False)) and model_type == "llama"
+    bias = VARIANTS[model_type].attention_bias(config)
     return dict(
         vocabulary_size=config["vocab_size"] + 1,  # + our padding id 0
         num_layers=config["num_hidden_layers"],
@@ -257,25 +255,87 @@ def arguments_to_config(model, dtype):
         "bos_token_id": None,
         "eos_token_id": None,
     }
-    if model_type == "llama":
-        config.update(
-            attention_bias=bool(model.attention_bias), mlp_bias=False, pretraining_tp=1
-        )
-    elif model_type == "mistral":
-        config["sliding_window"] = model.sliding_window
-    else:
-        if config["head_dim"] == model.hidden_dim // model.num_heads:
-            del config["head_dim"]  # Qwen2Config has none; transformers derives it
-        sliding = model.sliding_window is not None
-        config.update(
-            sliding_window=model.sliding_window,
-            use_sliding_window=sliding,
-            # transformers' default when no layer slides; 0: all slide.
-            max_window_layers=0 if sliding else 28,
-            layer_types=[("sliding" if sliding else "full") + "_attention"]
-            * model.num_layers,
-        )
+    VARIANTS[model_type].write_keys(model, config)
     return config
+
+
+def _llama_keys(model, config):
+    config.update(
+        attention_bias=bool(model.attention_bias), mlp_bias=False, pretraining_tp=1
+    )
+
+
+def _mistral_keys(model, config):
+    config["sliding_window"] = model.sliding_window
+
+
+def _qwen2_keys(model, config):
+    if config["head_dim"] == model.hidden_dim // model.num_heads:
+        del config["head_dim"]  # Qwen2Config has none; transformers derives it
+    sliding = model.sliding_window is not None
+    config.update(
+        sliding_window=model.sliding_window,
+        use_sliding_window=sliding,
+        # transformers' default when no layer slides; 0: all slide.
+        max_window_layers=0 if sliding else 28,
+        layer_types=[("sliding" if sliding else "full") + "_attention"]
+        * model.num_layers,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """How one `model_type` reads and writes the options that differ:
+    `window(config)` (the sliding window of a config that has one),
+    `attention_bias(config)` (`kt.models.Llama`'s `attention_bias`), and
+    `write_keys(model, config)` (the keys its `config.json` adds)."""
+
+    window: object
+    attention_bias: object
+    write_keys: object
+
+
+VARIANTS = {
+    "llama": Variant(
+        window=lambda config: None,
+        attention_bias=lambda config: bool(config.get("attention_bias", False)),
+        write_keys=_llama_keys,
+    ),
+    "mistral": Variant(
+        window=lambda config: config["sliding_window"],
+        attention_bias=lambda config: False,
+        write_keys=_mistral_keys,
+    ),
+    "qwen2": Variant(
+        window=_qwen2_window,
+        attention_bias=lambda config: "qkv",
+        write_keys=_qwen2_keys,
+    ),
+}
+
+
+def block_projections(block):
+    """`(name, layer)` of a block's projections, in the names that the
+    weight table and PEFT share."""
+    attention, feedforward = block.attention, block.feedforward
+    return [
+        ("self_attn.q_proj", attention.query_dense),
+        ("self_attn.k_proj", attention.key_dense),
+        ("self_attn.v_proj", attention.value_dense),
+        ("self_attn.o_proj", attention.output_dense),
+        ("mlp.gate_proj", feedforward.gate),
+        ("mlp.up_proj", feedforward.up),
+        ("mlp.down_proj", feedforward.down),
+    ]
+
+
+def peft_modules(model):
+    """`{PEFT module name: [(our layer, None)]}` of a `Llama`."""
+    return {
+        f"model.layers.{i}.{name}": [(layer, None)]
+        for i, block in enumerate(model.blocks)
+        for name, layer in block_projections(block)
+    }
 
 
 def weight_pairs(model):
@@ -284,30 +344,20 @@ def weight_pairs(model):
     pairs = [("model.embed_tokens.weight", model.token_embedding.embeddings, SAME)]
     for i, block in enumerate(model.blocks):
         prefix = f"model.layers.{i}"
-        attention = block.attention
-        projections = [
-            ("q_proj", attention.query_dense, TRANSPOSE, SAME),
-            ("k_proj", attention.key_dense, TRANSPOSE, SAME),
-            ("v_proj", attention.value_dense, TRANSPOSE, SAME),
-            ("o_proj", attention.output_dense, TRANSPOSE, SAME),
-        ]
-        pairs.append(
-            (f"{prefix}.input_layernorm.weight", block.attention_norm.scale, SAME)
-        )
-        for name, layer, kernel, bias in projections:
-            pairs.append((f"{prefix}.self_attn.{name}.weight", layer.kernel, kernel))
-            if layer.bias is not None:
-                pairs.append((f"{prefix}.self_attn.{name}.bias", layer.bias, bias))
-        pairs.append(
-            (
+        norms = {
+            "self_attn": (f"{prefix}.input_layernorm.weight", block.attention_norm),
+            "mlp": (
                 f"{prefix}.post_attention_layernorm.weight",
-                block.feedforward_norm.scale,
-                SAME,
-            )
-        )
-        for name in ("gate", "up", "down"):
-            layer = getattr(block.feedforward, name)
-            pairs.append((f"{prefix}.mlp.{name}_proj.weight", layer.kernel, TRANSPOSE))
+                block.feedforward_norm,
+            ),
+        }
+        for name, layer in block_projections(block):
+            norm = norms.pop(name.split(".")[0], None)  # each norm before its part
+            if norm is not None:
+                pairs.append((norm[0], norm[1].scale, SAME))
+            pairs.append((f"{prefix}.{name}.weight", layer.kernel, TRANSPOSE))
+            if layer.bias is not None:
+                pairs.append((f"{prefix}.{name}.bias", layer.bias, SAME))
     pairs.append(("model.norm.weight", model.final_norm.scale, SAME))
     if not model.tie_word_embeddings:
         pairs.append(("lm_head.weight", model.lm_head.kernel, TRANSPOSE))
@@ -364,3 +414,21 @@ def export(model):
     layouts, the tensors in the model's weights' dtype."""
     dtype = model.token_embedding.embeddings.dtype
     return arguments_to_config(model, dtype), checkpoint.tensors(weight_pairs(model))
+
+
+FAMILY = Family(
+    name="Llama",
+    model_types=MODEL_TYPES,
+    classes=(Llama,),
+    architectures={
+        names[0]: (Llama, "TextGenerator") for names in ARCHITECTURES.values()
+    },
+    load=load,
+    save=save,
+    default_architectures={t: names[0] for t, names in ARCHITECTURES.items()},
+    dtypes=DTYPES,
+    required=REQUIRED,
+    defaults=DEFAULTS,
+    tokenizers={model_type: hf_llama.from_folder for model_type in MODEL_TYPES},
+    peft_modules=peft_modules,
+)

@@ -1,6 +1,7 @@
 """Hugging Face PEFT LoRA adapters (`adapter_config.json` +
 `adapter_model.safetensors`) <-> our LoRA (`kt.models`' `enable_lora`), for
-`GPT2` and `Llama` (Llama, Mistral, Qwen2) models.
+the families whose `Family` record names their PEFT modules (`GPT2`, and
+`Llama` for Llama, Mistral and Qwen2).
 
 A PEFT module `m` with matrices `lora_A` `(r, in)` and `lora_B` `(out, r)`
 adds `s * lora_B @ lora_A` to the `(out, in)` weight (`s = alpha / r`, or
@@ -26,9 +27,8 @@ import re
 import numpy as np
 
 from keras_transformer import _validation as validation
-from keras_transformer.models.gpt import GPT2
-from keras_transformer.models.llama import Llama
 from keras_transformer.models.lora import PEFT_FORMAT
+from keras_transformer.pretrained import registry
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -50,41 +50,8 @@ DEFAULTS = {
 
 def modules(model):
     """`{PEFT module name: [(our layer, slice of lora_B's rows or None)]}`
-    and `{our target name: PEFT target name}` for `model`."""
-    table = {}
-    if isinstance(model, GPT2):
-        for i, block in enumerate(model.blocks):
-            prefix = f"transformer.h.{i}"
-            attention = block.self_attention_layer
-            width = model.hidden_dim
-            fused = [attention.query_dense, attention.key_dense, attention.value_dense]
-            table[f"{prefix}.attn.c_attn"] = [
-                (layer, slice(j * width, (j + 1) * width))
-                for j, layer in enumerate(fused)
-            ]
-            table[f"{prefix}.attn.c_proj"] = [(attention.output_dense, None)]
-            table[f"{prefix}.mlp.c_fc"] = [(block.feedforward_intermediate_dense, None)]
-            table[f"{prefix}.mlp.c_proj"] = [(block.feedforward_output_dense, None)]
-        return table
-    if isinstance(model, Llama):
-        for i, block in enumerate(model.blocks):
-            prefix = f"model.layers.{i}"
-            attention = block.attention
-            for name, layer in [
-                ("q_proj", attention.query_dense),
-                ("k_proj", attention.key_dense),
-                ("v_proj", attention.value_dense),
-                ("o_proj", attention.output_dense),
-            ]:
-                table[f"{prefix}.self_attn.{name}"] = [(layer, None)]
-            for name in ("gate", "up", "down"):
-                layer = getattr(block.feedforward, name)
-                table[f"{prefix}.mlp.{name}_proj"] = [(layer, None)]
-        return table
-    raise ValueError(
-        "PEFT adapters are read and written for GPT2 and Llama models. "
-        f"Received: a {type(model).__name__}"
-    )
+    of `model`, from its family's record (`pretrained/registry.py`)."""
+    return registry.peft_modules(model)[0]
 
 
 def _pattern_value(patterns, module, default):
@@ -206,7 +173,7 @@ def save(model, path):
         "target_modules": targets,
         "rank_pattern": {},
         "alpha_pattern": {},
-        "fan_in_fan_out": isinstance(model, GPT2),
+        "fan_in_fan_out": registry.peft_modules(model)[1],
         "bias": "none",
         "lora_dropout": 0.0,
         "use_rslora": False,

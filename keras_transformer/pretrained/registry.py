@@ -1,25 +1,32 @@
-"""The registry of checkpoint families: `model_type` -> the module that
-loads it, model class -> the module that saves it.
-
-A family module exposes `MODEL_TYPES` (the config `model_type`s it reads),
-`CLASSES` (our model classes it writes), `DEFAULT_ARCHITECTURES`
-(`model_type` -> the architecture of a config without one), `load(path)` (with a `dtype`
-argument where `DTYPES` lists the dtypes it loads in) and
-`save(model, path, tokenizer)`. Registering one is adding it to `FAMILIES`.
+"""The registry of checkpoint families, derived from their `Family`
+records (`pretrained/family.py`): `model_type` -> the family that loads
+it, model class -> the family that saves it, architecture -> our model
+class and the task serving it, `model_type` -> its tokenizer reader, and a
+model's PEFT module names. Registering a family is one line in `FAMILIES`.
 """
 
 from keras_transformer.pretrained import bert, gpt2, llama, seq2seq, vit
+from keras_transformer.text import hf_tokenizers
 
-FAMILIES = (bert, gpt2, llama, seq2seq, vit)
-LOADERS = {
-    model_type: family.load for family in FAMILIES for model_type in family.MODEL_TYPES
+FAMILIES = (bert.FAMILY, gpt2.FAMILY, llama.FAMILY, seq2seq.FAMILY, vit.FAMILY)
+
+BY_MODEL_TYPE = {t: family for family in FAMILIES for t in family.model_types}
+BY_CLASS = {cls: family for family in FAMILIES for cls in family.classes}
+ARCHITECTURES = {
+    architecture: pair
+    for family in FAMILIES
+    for architecture, pair in family.architectures.items()
 }
-SAVERS = {cls: family.save for family in FAMILIES for cls in family.CLASSES}
 DEFAULT_ARCHITECTURES = {
     model_type: architecture
     for family in FAMILIES
-    for model_type, architecture in family.DEFAULT_ARCHITECTURES.items()
+    for model_type, architecture in family.default_architectures.items()
 }
+
+
+def supported(separator=", "):
+    """The families' names, for messages and docstrings."""
+    return separator.join(family.name for family in FAMILIES)
 
 
 def architecture(config):
@@ -34,31 +41,95 @@ def architecture(config):
 def loader(model_type, path):
     """`load(path)` of the family that reads `model_type`, or a ValueError
     listing the supported ones."""
-    if model_type not in LOADERS:
+    if model_type not in BY_MODEL_TYPE:
         raise ValueError(
-            f"Unsupported checkpoint `model_type` (supported: {sorted(LOADERS)}). "
-            f"Received: model_type={model_type!r} in {path!r}"
+            f"Unsupported checkpoint `model_type` (supported: "
+            f"{sorted(BY_MODEL_TYPE)}). Received: model_type={model_type!r} in "
+            f"{path!r}"
         )
-    return LOADERS[model_type]
+    return BY_MODEL_TYPE[model_type].load
 
 
 def loads_in_dtypes(model_type):
     """Whether the family of `model_type` loads in other dtypes than
     float32 (its `load` takes `dtype`)."""
-    return any(
-        model_type in family.MODEL_TYPES and hasattr(family, "DTYPES")
-        for family in FAMILIES
-    )
+    family = BY_MODEL_TYPE.get(model_type)
+    return family is not None and len(family.dtypes) > 1
+
+
+def dtype_families():
+    """The names of the families that load in other dtypes than float32."""
+    return [family.name for family in FAMILIES if len(family.dtypes) > 1]
+
+
+def family_of(model):
+    """The `Family` that writes `model`'s class (or the nearest class it
+    derives from), or None."""
+    for cls in type(model).__mro__:
+        if cls in BY_CLASS:
+            return BY_CLASS[cls]
+    return None
 
 
 def saver(model):
     """`save(model, path, tokenizer)` of the family that writes `model`'s
     class (or the nearest class it derives from), or a ValueError."""
-    for cls in type(model).__mro__:
-        if cls in SAVERS:
-            return SAVERS[cls]
-    names = [cls.__name__ for cls in SAVERS]
-    raise ValueError(
-        f"`model` must be a kt.models.{', '.join(names[:-1])} or {names[-1]}. "
-        f"Received: model={model!r}"
-    )
+    family = family_of(model)
+    if family is None:
+        names = [cls.__name__ for cls in BY_CLASS]
+        raise ValueError(
+            f"`model` must be a kt.models.{', '.join(names[:-1])} or {names[-1]}. "
+            f"Received: model={model!r}"
+        )
+    return family.save
+
+
+def task_for(name):
+    """The name of the `kt.tasks` class serving a Hugging Face architecture
+    or, where none is given, a `model_type`'s usual architecture; None when
+    no task serves it."""
+    name = DEFAULT_ARCHITECTURES.get(name, name)
+    return ARCHITECTURES.get(name, (None, None))[1]
+
+
+def architectures_of(task_name):
+    """The architectures the `kt.tasks` class named `task_name` serves."""
+    return tuple(a for a, (_, task) in ARCHITECTURES.items() if task == task_name)
+
+
+def served_architectures():
+    """Every architecture some task serves, sorted."""
+    return sorted(a for a, (_, task) in ARCHITECTURES.items() if task is not None)
+
+
+def tokenizer_for(model_type):
+    """The reader `reader(path)` of a folder whose tokenizer is read by its
+    `model_type`, or None (read by the files the folder holds)."""
+    family = BY_MODEL_TYPE.get(model_type)
+    return None if family is None else family.tokenizers.get(model_type)
+
+
+def peft_modules(model):
+    """`{PEFT module name: [(our layer, rows of lora_B or None)]}` of
+    `model`, and whether its family's PEFT weights are `fan_in_fan_out`;
+    a ValueError for a family without PEFT adapters."""
+    family = family_of(model)
+    if family is None or family.peft_modules is None:
+        names = [
+            cls.__name__
+            for f in FAMILIES
+            if f.peft_modules is not None
+            for cls in f.classes
+        ]
+        raise ValueError(
+            f"PEFT adapters are read and written for {' and '.join(names)} "
+            f"models. Received: a {type(model).__name__}"
+        )
+    return family.peft_modules(model), family.peft_fan_in_fan_out
+
+
+# `kt.text.tokenizer_from_pretrained` reads a folder by its `model_type`
+# where a family's record names a reader (text/ sits below pretrained/).
+hf_tokenizers.MODEL_TYPE_READERS.update(
+    {t: reader for family in FAMILIES for t, reader in family.tokenizers.items()}
+)

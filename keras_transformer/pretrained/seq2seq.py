@@ -31,10 +31,13 @@ Shape legend: V vocabulary, E hidden size, H heads, D head size, F
 feed-forward size.
 """
 
+import functools
+
 import numpy as np
 
 from keras_transformer.models.seq2seq import Seq2Seq
 from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained.family import Family
 from keras_transformer.pretrained.generation_config import (
     generation_arguments,
     generation_settings,
@@ -44,13 +47,8 @@ from keras_transformer.pretrained.seq2seq_families import (
     FAMILIES,
     MAX_LENGTH,
 )
+from keras_transformer.text import hf_tokenizers
 
-# What the registry dispatches on.
-MODEL_TYPES = tuple(FAMILIES)
-CLASSES = (Seq2Seq,)
-# The architecture of a config whose `architectures` is null or missing
-# (as transformers resolves it, by `model_type`).
-DEFAULT_ARCHITECTURES = {t: f.architecture for t, f in FAMILIES.items()}
 # Options every Marian and BART layout shares: (value on loading, the
 # values saving accepts); decoder_start_token_id must be set.
 COMMON = {
@@ -157,7 +155,7 @@ def config_to_arguments(config, generation=None):
 
 
 def family_of(model):
-    """The `Family` whose checkpoint layout a `Seq2Seq` can be written in
+    """The `Layout` whose checkpoint layout a `Seq2Seq` can be written in
     (chosen by its `position`), or a ValueError naming what fits none."""
     matching = [f for f in FAMILIES.values() if f.options["position"] == model.position]
     expected = {key: allowed for key, (_, allowed) in COMMON.items()}
@@ -377,3 +375,19 @@ def export(model):
     `Seq2Seq`, in Hugging Face's names and layouts."""
     config, generation = arguments_to_config(model, family_of(model))
     return config, generation, checkpoint.tensors(_pairs(model))
+
+
+FAMILY = Family(
+    name="Marian and BART",
+    model_types=tuple(FAMILIES),
+    classes=(Seq2Seq,),
+    architectures={
+        "MarianMTModel": (Seq2Seq, "Translator"),
+        "BartForConditionalGeneration": (Seq2Seq, "Summarizer"),
+    },
+    load=load,
+    save=save,
+    default_architectures={t: f.architecture for t, f in FAMILIES.items()},
+    # BART's `<s> ... </s>` around each text, whatever its files say.
+    tokenizers={"bart": functools.partial(hf_tokenizers.read_folder, bart=True)},
+)

@@ -1,13 +1,13 @@
 """The Hugging Face encoder-decoder families that `kt.models.Seq2Seq`
-reads and writes, each a `Family` record: what `pretrained/seq2seq.py`
-needs to know of it, as data. A new family with the same tensor names
+reads and writes, each a `Layout` record: what `pretrained/seq2seq.py`
+needs to know of its checkpoint layout, as data. A new family with the same tensor names
 (`model.shared`, `model.encoder.layers.N.self_attn.q_proj` ...) is one more
 record here, added to `FAMILIES`.
 """
 
 import dataclasses
 
-from keras_transformer.text import hf_tokenizers
+from keras_transformer.text import hf_writers
 
 ACTIVATIONS = {
     "swish": "silu",
@@ -20,7 +20,7 @@ MAX_LENGTH = object()
 
 
 @dataclasses.dataclass(frozen=True)
-class Family:
+class Layout:
     """What one Hugging Face encoder-decoder family fixes, as data.
 
     Attributes:
@@ -64,7 +64,7 @@ class Family:
     optional_tokens: dict = dataclasses.field(default_factory=dict)
 
 
-MARIAN = Family(
+MARIAN = Layout(
     model_type="marian",
     name="Marian",
     architecture="MarianMTModel",
@@ -87,8 +87,8 @@ MARIAN = Family(
     generation_in_config=(),
     # The sinusoids, a buffer computed from the sizes.
     buffers=("embed_positions.weight",),
-    tokenizer_check=hf_tokenizers.check_sentencepiece_pair,
-    tokenizer_save=hf_tokenizers.save_sentencepiece_pair,
+    tokenizer_check=hf_writers.check_sentencepiece_pair,
+    tokenizer_save=hf_writers.save_sentencepiece_pair,
     tokenizer_config={
         "tokenizer_class": "MarianTokenizer",
         "eos_token": "</s>",
@@ -98,7 +98,7 @@ MARIAN = Family(
         "separate_vocabs": False,
     },
 )
-BART = Family(
+BART = Layout(
     model_type="bart",
     name="BART",
     architecture="BartForConditionalGeneration",
@@ -113,8 +113,8 @@ BART = Family(
     config={},
     generation_in_config=("forced_bos_token_id",),
     buffers=(),
-    tokenizer_check=hf_tokenizers.check_byte_pair,
-    tokenizer_save=hf_tokenizers.save_byte_pair,
+    tokenizer_check=hf_writers.check_byte_pair,
+    tokenizer_save=hf_writers.save_byte_pair,
     tokenizer_config={
         "tokenizer_class": "BartTokenizer",
         "add_prefix_space": False,

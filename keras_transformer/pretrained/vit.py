@@ -25,14 +25,9 @@ D head size.
 from keras_transformer.models.base import placeholder_weights
 from keras_transformer.models.vit import ViT
 from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained.family import Family
 
-# What the registry dispatches on.
-MODEL_TYPES = ("vit",)
-CLASSES = (ViT,)
 ARCHITECTURES = ("ViTForImageClassification",)
-# The architecture of a config whose `architectures` is null or missing
-# (as transformers resolves it, by `model_type`).
-DEFAULT_ARCHITECTURES = {"vit": ARCHITECTURES[0]}
 # Hugging Face config values we compute exactly: key -> the allowed values.
 # Without query/key/value biases (`qkv_bias: false`) ours stay zeros.
 SUPPORTED = {"hidden_act": ("gelu",), "qkv_bias": (True, False)}
@@ -203,3 +198,15 @@ def build(config, weights):
 def export(model):
     """`(config, tensors)` of a `ViT` in Hugging Face's names and layouts."""
     return arguments_to_config(model), checkpoint.tensors(_pairs(model))
+
+
+FAMILY = Family(
+    name="ViT",
+    model_types=("vit",),
+    classes=(ViT,),
+    architectures={"ViTForImageClassification": (ViT, "ImageClassifier")},
+    load=load,
+    save=save,
+    default_architectures={"vit": "ViTForImageClassification"},
+    required=SUPPORTED,
+)

@@ -2,12 +2,11 @@
 Keras object that saves to one `.keras` file, loads back, and comes from a
 Hugging Face folder.
 
-A task class sets `model_classes` (the models it wraps), `architectures`
-(the Hugging Face `architectures` it serves, for `kt.tasks.from_pretrained`)
-and `reads_text` (False: a folder of images has no tokenizer), reads more
-of a folder in `_from_folder`, and implements its text methods and
-`export`. Its constructor arguments
-that are Keras objects (the model, tokenizers) are listed in
+A task class sets `model_classes` (the models it wraps) and `reads_text`
+(False: a folder of images has no tokenizer), reads more of a folder in
+`_from_folder`, and implements its text methods and `export`. The Hugging
+Face architectures it serves are in the families' `Family` records
+(`pretrained/registry.py`). Its constructor arguments that are Keras objects (the model, tokenizers) are listed in
 `serialized_arguments`: `get_config` nests them and `from_config` rebuilds
 them, so the tokenizer travels inside the `.keras` file.
 """
@@ -43,7 +42,6 @@ class Task(FitMixin, keras.Model):
     """
 
     model_classes = ()
-    architectures = ()
     reads_text = True  # from_pretrained loads the folder's tokenizer
     serialized_arguments = ("model", "tokenizer")
 
@@ -173,9 +171,10 @@ def check_architecture(task_class, config, path):
     """Raises a ValueError unless the folder's first `architectures` entry
     is one `task_class` serves (a null one: its `model_type`'s usual one)."""
     architecture = registry.architecture(config)
-    if architecture not in task_class.architectures:
+    served = registry.architectures_of(task_class.__name__)
+    if architecture not in served:
         raise ValueError(
             f"kt.tasks.{task_class.__name__} serves the architectures "
-            f"{list(task_class.architectures)}. Received: a folder whose "
+            f"{list(served)}. Received: a folder whose "
             f"architectures={config.get('architectures')!r} (path={path!r})"
         )

@@ -52,7 +52,6 @@ class FillMask(Task):
     """
 
     model_classes = (BERTMaskedLM,)
-    architectures = ("BertForMaskedLM",)
 
     def __init__(self, model, tokenizer, **kwargs):
         super().__init__(model, tokenizer, **kwargs)

@@ -62,7 +62,6 @@ class ImageClassifier(Task):
     """
 
     model_classes = (ViT,)
-    architectures = ("ViTForImageClassification",)
     serialized_arguments = ("model",)
     reads_text = False
 

@@ -1,7 +1,8 @@
 """Which task serves a Hugging Face folder, and loading a saved task.
 
-Each task class says which `architectures` it serves; the registry asks the
-classes (every imported `Task` subclass), so a new task needs no entry here.
+The families' `Family` records say which task serves each architecture
+(`pretrained/registry.task_for`); the task is found by that name among the
+imported `Task` subclasses.
 """
 
 import os
@@ -26,11 +27,10 @@ def task_classes():
 
 
 def task_class(architecture):
-    """The task class serving the Hugging Face `architecture`, or None."""
-    for cls in task_classes():
-        if architecture in cls.architectures:
-            return cls
-    return None
+    """The task class serving the Hugging Face `architecture` (or a
+    `model_type`'s usual architecture), or None."""
+    name = registry.task_for(architecture)
+    return next((cls for cls in task_classes() if cls.__name__ == name), None)
 
 
 def from_pretrained(path, dtype=None):
@@ -61,7 +61,7 @@ def from_pretrained(path, dtype=None):
     config = checkpoint.read_config(path)
     cls = task_class(registry.architecture(config))
     if cls is None:
-        served = sorted(a for c in task_classes() for a in c.architectures)
+        served = registry.served_architectures()
         raise ValueError(
             f"No task serves this folder's architecture (served: {served}). "
             f"Received: architectures={config.get('architectures')!r} "

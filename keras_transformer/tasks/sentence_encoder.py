@@ -57,7 +57,6 @@ class SentenceEncoder(Task):
     """
 
     model_classes = (BERT,)
-    architectures = ("BertModel",)
 
     def __init__(
         self, model, tokenizer, pooling="mean", sequence_length=None, **kwargs

@@ -50,7 +50,6 @@ class TextClassifier(Task):
     """
 
     model_classes = (BERTClassifier,)
-    architectures = ("BertForSequenceClassification",)
 
     def __init__(
         self, model, tokenizer, class_names=None, sequence_length=None, **kwargs

@@ -71,12 +71,6 @@ class TextGenerator(Task):
     """
 
     model_classes = (CausalLM,)
-    architectures = (
-        "GPT2LMHeadModel",
-        "LlamaForCausalLM",
-        "MistralForCausalLM",
-        "Qwen2ForCausalLM",
-    )
 
     def __init__(
         self, model, tokenizer, end_token="auto", generation_config=None, **kwargs

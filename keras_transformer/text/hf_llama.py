@@ -18,7 +18,6 @@ from keras_transformer.text import hf_sentencepiece, pretokenizers
 from keras_transformer.text.bpe import BytePairTokenizer
 from keras_transformer.text.llama_tokenizer import LlamaTokenizer
 
-MODEL_TYPES = ("llama", "mistral", "qwen2")
 TOKENIZER, CONFIG, SPM = "tokenizer.json", "tokenizer_config.json", "tokenizer.model"
 TEMPLATE_FILE = "chat_template.jinja"
 SPECIAL_NAMES = (

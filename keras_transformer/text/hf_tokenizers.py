@@ -10,11 +10,11 @@ which is what recent `transformers` versions write. Marian folders
 (`source.spm`, `target.spm`, `vocab.json`) give a source and a target
 `SentencePieceTokenizer` whose ids are `vocab.json`'s plus one; BART
 folders a `BytePairTokenizer` that puts `<s>` and `</s>` around each text,
-as `BartTokenizer` does, with ids plus one. Llama, Mistral and Qwen2
-folders (by `config.json`'s `model_type`) are read by `hf_llama.py`.
+as `BartTokenizer` does, with ids plus one. Folders whose family reads its
+tokenizer itself (Llama, Mistral and Qwen2, by `config.json`'s
+`model_type`: `hf_llama.py`) are read by the reader in its `Family` record.
 """
 
-import json
 import os
 
 from keras_transformer import _gguf
@@ -36,6 +36,9 @@ SOURCE_SPM, TARGET_SPM = "source.spm", "target.spm"
 MARIAN_SPECIAL = ("</s>", "<unk>", "<pad>")
 BART_SPECIAL = ("<s>", "</s>", "<pad>", "<unk>", "<mask>")
 BART_CLASSES = ("BartTokenizer", "BartTokenizerFast", "RobertaTokenizer")
+# `model_type` -> `reader(path)`: the families' readers of folders read by
+# their `model_type`, from their `Family` records (pretrained/registry.py).
+MODEL_TYPE_READERS = {}
 
 
 def tokenizer_from_pretrained(path):
@@ -99,12 +102,20 @@ def tokenizer_from_pretrained(path):
         raise FileNotFoundError(
             f"`path` must be a checkpoint folder. Received: path={path!r}"
         )
-    config = read_json(os.path.join(path, CONFIG), missing_ok=True) or {}
     model_config = read_json(os.path.join(path, "config.json"), missing_ok=True) or {}
-    if model_config.get("model_type") in hf_llama.MODEL_TYPES:
-        tokenizer = hf_llama.from_folder(path)
+    reader = MODEL_TYPE_READERS.get(model_config.get("model_type"))
+    if reader is not None:  # the family's own reader (pretrained/registry.py)
+        tokenizer = reader(path)
         _check_size(tokenizer, model_config, path)
         return tokenizer
+    return read_folder(path)
+
+
+def read_folder(path, bart=False):
+    """The tokenizer of a folder, by the files it holds (`bart`: BART's
+    `<s> ... </s>` around each text, whatever the files say)."""
+    config = read_json(os.path.join(path, CONFIG), missing_ok=True) or {}
+    model_config = read_json(os.path.join(path, "config.json"), missing_ok=True) or {}
     if os.path.isfile(os.path.join(path, SOURCE_SPM)) or os.path.isfile(
         os.path.join(path, TARGET_SPM)
     ):
@@ -115,7 +126,7 @@ def tokenizer_from_pretrained(path):
         os.path.join(path, MERGES)
     ):
         options = {}
-        if _is_bart(config, model_config):
+        if bart or _is_bart(config):
             if config.get("add_prefix_space"):
                 raise ValueError(
                     "`add_prefix_space=True` is not supported. "
@@ -149,7 +160,7 @@ def tokenizer_from_pretrained(path):
         data = _tokenizer_json(path)
         if (data.get("model") or {}).get("type") == "BPE":
             tokenizer = _bpe_from_tokenizer_json(
-                data, path, config, _is_bart(config, model_config, data)
+                data, path, config, bart or _is_bart(config, data)
             )
             _check_size(tokenizer, model_config, path)
             return tokenizer
@@ -215,65 +226,6 @@ def _check_size(tokenizer, model_config, path):
         )
 
 
-def check_sentencepiece_pair(tokenizer, name):
-    """A `(source, target)` pair of `SentencePieceTokenizer` sharing a
-    vocabulary, as a Marian folder holds them; returns the ids it emits,
-    or raises a ValueError naming the model family `name`."""
-    good = (
-        isinstance(tokenizer, tuple | list)
-        and len(tokenizer) == 2
-        and all(
-            isinstance(t, SentencePieceTokenizer) and t.piece_vocabulary is not None
-            for t in tokenizer
-        )
-        and tokenizer[0].piece_vocabulary == tokenizer[1].piece_vocabulary
-    )
-    _check_kind(
-        good,
-        tokenizer,
-        name,
-        "a (source, target) pair of kt.text.SentencePieceTokenizer sharing a "
-        "vocabulary",
-    )
-    return tokenizer[0].emitted_vocabulary_size()
-
-
-def check_byte_pair(tokenizer, name):
-    """A `BytePairTokenizer`; returns the ids it emits, or raises a
-    ValueError naming the model family `name`."""
-    good = isinstance(tokenizer, BytePairTokenizer)
-    _check_kind(good, tokenizer, name, "a kt.text.BytePairTokenizer")
-    return tokenizer.emitted_vocabulary_size()
-
-
-def _check_kind(good, tokenizer, name, what):
-    if not good:
-        raise ValueError(
-            f"For a {name} model, `tokenizer` must be {what}. "
-            f"Received: tokenizer={tokenizer!r}"
-        )
-
-
-def save_sentencepiece_pair(tokenizer, path, config):
-    """Writes a `(source, target)` pair as a Marian folder holds it
-    (`source.spm`, `target.spm`, the shared `vocab.json`) with `config` as
-    its `tokenizer_config.json`."""
-    source, target = tokenizer
-    for name, spm in [(SOURCE_SPM, source), (TARGET_SPM, target)]:
-        with open(os.path.join(path, name), "wb") as f:
-            f.write(spm.proto)
-    with open(os.path.join(path, BPE_VOCABULARY), "w", encoding="utf-8") as f:
-        vocabulary = {t: i for i, t in enumerate(source.piece_vocabulary)}
-        json.dump(vocabulary, f, ensure_ascii=False)
-    write_tokenizer_config(config, path)
-
-
-def write_tokenizer_config(config, path):
-    """Writes `config` as the folder's `tokenizer_config.json`."""
-    with open(os.path.join(path, CONFIG), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2)
-
-
 def _tokenizer_json(path):
     data = read_json(os.path.join(path, TOKENIZER), missing_ok=True)
     if data is None:
@@ -292,13 +244,12 @@ def _tokenizer_json(path):
     return data
 
 
-def _is_bart(config, model_config, data=None):
-    """Whether a BPE folder is BART's (`<s> ... </s>` around each text)."""
+def _is_bart(config, data=None):
+    """Whether a BPE folder's files are BART's (`<s> ... </s>` around each
+    text)."""
     processor = ((data or {}).get("post_processor") or {}).get("type")
-    return (
-        model_config.get("model_type") == "bart"
-        or config.get("tokenizer_class") in BART_CLASSES
-        or processor == "RobertaProcessing"
+    return config.get("tokenizer_class") in BART_CLASSES or (
+        processor == "RobertaProcessing"
     )
 
 
@@ -395,56 +346,3 @@ def _from_tokenizer_json(data, path):
         normalizer.get("strip_accents"),
         normalizer.get("handle_chinese_chars", True),
     )
-
-
-def check_savable(tokenizer, kind):
-    """A ValueError unless `tokenizer` is a `kind`: a `WordPieceTokenizer`
-    (BERT) or a `BytePairTokenizer` (GPT-2)."""
-    if not isinstance(tokenizer, kind):
-        raise ValueError(
-            "`tokenizer` must be a kt.text.WordPieceTokenizer (for BERT) or a "
-            "kt.text.BytePairTokenizer (for GPT-2). Received: "
-            f"tokenizer={tokenizer!r}"
-        )
-
-
-def save_wordpiece(tokenizer, path):
-    """Writes a `WordPieceTokenizer` as `vocab.txt` and
-    `tokenizer_config.json`, as `BertTokenizer` reads them."""
-    check_savable(tokenizer, WordPieceTokenizer)
-    with open(os.path.join(path, VOCABULARY), "w", encoding="utf-8") as f:
-        f.write("\n".join(tokenizer.get_vocabulary()) + "\n")
-    config = {
-        "tokenizer_class": "BertTokenizer",
-        "do_lower_case": tokenizer.lowercase,
-        "strip_accents": None,
-        "tokenize_chinese_chars": True,
-        "unk_token": "[UNK]",
-        "sep_token": "[SEP]",
-        "pad_token": "[PAD]",
-        "cls_token": "[CLS]",
-        "mask_token": "[MASK]",
-    }
-    write_tokenizer_config(config, path)
-
-
-def save_byte_pair(tokenizer, path, config=None):
-    """Writes a `BytePairTokenizer` as `vocab.json` and `merges.txt` (ids
-    back to the folder's: minus one) with `config` as its
-    `tokenizer_config.json`, by default `GPT2Tokenizer`'s."""
-    check_savable(tokenizer, BytePairTokenizer)
-    tokens = tokenizer.get_vocabulary()[1:]  # without our padding id 0
-    with open(os.path.join(path, BPE_VOCABULARY), "w", encoding="utf-8") as f:
-        json.dump({t: i for i, t in enumerate(tokens)}, f, ensure_ascii=False)
-    with open(os.path.join(path, MERGES), "w", encoding="utf-8") as f:
-        f.write("#version: 0.2\n" + "".join(m + "\n" for m in tokenizer.get_merges()))
-    if config is None:
-        special = END if END in tokens else None
-        config = {
-            "tokenizer_class": "GPT2Tokenizer",
-            "add_prefix_space": False,
-            "bos_token": special,
-            "eos_token": special,
-            "unk_token": special,
-        }
-    write_tokenizer_config(config, path)

@@ -22,11 +22,20 @@ def tiny_generator():
     return kt.tasks.TextGenerator(model, tokenizer)
 
 
-def test_each_architecture_has_one_task():
-    classes = kt.tasks.registry.task_classes()
-    served = [a for cls in classes for a in cls.architectures]
-    assert len(served) == len(set(served))
+def test_each_served_architecture_names_a_task_class():
+    # The families' records name the tasks; every name is a task class.
+    families = kt.pretrained.registry
+    names = {cls.__name__ for cls in kt.tasks.registry.task_classes()}
+    served = families.served_architectures()
+    assert len(served) == 10
+    assert {families.task_for(a) for a in served} <= names
+    assert families.architectures_of("TextGenerator") == (
+        "GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM",
+        "Qwen2ForCausalLM",
+    )  # fmt: skip
     assert kt.tasks.registry.task_class("GPT2LMHeadModel") is kt.tasks.TextGenerator
+    assert kt.tasks.registry.task_class("qwen2") is kt.tasks.TextGenerator
+    assert kt.tasks.registry.task_class("GPT2Model") is None
     assert kt.tasks.registry.task_class("Nope") is None
 
 
