@@ -1,5 +1,12 @@
 """Work-arounds of Keras and TensorFlow behaviour, each naming what it works
-around and the version it was checked against."""
+around and the version it was checked against.
+
+Every use of a Keras or TensorFlow private name (an `_attribute`, a
+`keras.src` module) goes through a function here, checked on Keras 3.15.1
+and TensorFlow 2.21.0; `tests/test_compat.py` probes each one and fails,
+naming it, when an upgrade moves it, and fails if a private name is used
+anywhere else in the package.
+"""
 
 import contextlib
 import gc
@@ -24,3 +31,106 @@ def collect_once():
     finally:
         gc.collect = collect
     gc.collect()
+
+
+def kernel_variable(layer):
+    """The kernel variable of a built `Dense` or `EinsumDense` as stored:
+    int8 values once quantized, without a LoRA update.
+
+    Keras' public `kernel` adds the LoRA update (`lora_kernel_a @
+    lora_kernel_b`) and, quantized, is the same int8 variable only in
+    Keras' layout; the variable itself is the private `_kernel`
+    (keras/src/layers/core/dense.py and einsum_dense.py, Keras 3.15.1).
+    """
+    return layer._kernel
+
+
+@contextlib.contextmanager
+def unlocked(layer):
+    """`layer`'s state tracker unlocked inside, locked again on leaving.
+
+    A built Keras layer locks its tracker (`Layer._lock_state`,
+    keras/src/layers/layer.py, Keras 3.15.1), and Keras' own `enable_lora`
+    unlocks it around adding the LoRA matrices (keras/src/layers/core/
+    dense.py); `merge_lora` unlocks it the same way around removing them.
+    (On Keras 3.15.1 deleting a variable also unlocks on its own,
+    `Layer._untrack_variable`.) There is no public way to unlock.
+    """
+    layer._tracker.unlock()
+    try:
+        yield
+    finally:
+        layer._tracker.lock()
+
+
+def merged_lora_kernel(layer):
+    """`(values, scale, zero)`: the kernel with its LoRA update merged, int8
+    values and their scale if the layer is quantized (quantized again after
+    merging), else the float kernel and None.
+
+    Keras merges this way only to save a layer
+    (`Dense._get_kernel_with_merged_lora`, keras/src/layers/core/dense.py
+    and einsum_dense.py, Keras 3.15.1); it has no public merge.
+    """
+    return layer._get_kernel_with_merged_lora()
+
+
+def flatten_layers(model):
+    """`model` and every layer nested in it, each once, breadth first.
+
+    `model.layers` holds only the direct children; Keras' walk over all of
+    them is the private `Layer._flatten_layers` (keras/src/layers/layer.py,
+    Keras 3.15.1).
+    """
+    return model._flatten_layers()
+
+
+def keras_mask(x):
+    """The Keras mask attached to `x` (e.g. by `mask_zero`), or None.
+
+    Keras 3 keeps a propagated mask on the tensor as `_keras_mask`
+    (keras/src/backend/common/masking.py, Keras 3.15.1), which
+    `keras.layers.MultiHeadAttention` reads with `get_keras_mask`, a
+    function Keras does not export.
+    """
+    return getattr(x, "_keras_mask", None)
+
+
+def maybe_symbolic_build(model, iterator):
+    """Keras' TensorFlow trainer's first step of `fit` and `evaluate`:
+    builds `model` from the first batch of `iterator`.
+
+    Run on a stand-in model and strategy by
+    `kt.training.multi_worker.fit_needs_workaround` to see whether it still
+    averages the replicas' batches, which fails with more than one worker
+    (keras-team/keras#20585, open at Keras 3.15.1):
+    `TensorFlowTrainer._maybe_symbolic_build`,
+    keras/src/backend/tensorflow/trainer.py. Raises ImportError under
+    another backend.
+    """
+    from keras.src.backend.tensorflow import trainer
+
+    trainer.TensorFlowTrainer._maybe_symbolic_build(model, iterator=iterator)
+
+
+def reduce_per_replica(values, strategy, reduction):
+    """Keras' TensorFlow trainer's reduction of each step's logs across
+    replicas (`reduce_per_replica`, keras/src/backend/tensorflow/trainer.py,
+    Keras 3.15.1), which reduces a scalar log along axis 0 under a
+    multi-worker strategy (keras-team/keras#20585). Raises ImportError under
+    another backend.
+    """
+    from keras.src.backend.tensorflow import trainer
+
+    return trainer.reduce_per_replica(values, strategy, reduction)
+
+
+def strategy_in_multi_worker_mode(strategy):
+    """Whether a `tf.distribute` strategy runs over more than one worker.
+
+    TensorFlow says so only through the private
+    `CollectiveAllReduceExtended._in_multi_worker_mode`
+    (tensorflow/python/distribute/collective_all_reduce_strategy.py,
+    TensorFlow 2.21.0), which Keras' trainer reads too.
+    """
+    return strategy.extended._in_multi_worker_mode()

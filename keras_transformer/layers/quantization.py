@@ -15,19 +15,17 @@ each output is then a dot product over a contiguous row, which XLA
 computes from the int8 bytes (the cast fused into the product) when one
 token is decoded. In Keras' `(in, out)` layout XLA first writes a float32
 copy of the whole kernel, four times the bytes, at every step. `.keras`
-files keep Keras' layout: the matrix is transposed back on saving and
-again on loading.
+files keep Keras' layout: transposed back on saving, again on loading.
 
 An int8 projection may also have a scale per block of `block_size` input
 rows in each output column (`BlockConfig`, `kt.models`' `quantize(...,
-block_size=128)`, the default): `kernel_scale` is then `(out, blocks)`
-and the weight is `values / scale` of the
-value's block. One outlier weight then coarsens its block, not its whole
-column. The product multiplies the cast int8 values by their block's
-ratio to the column's smallest scale (at most 1) and divides the dot
-product by that smallest scale; XLA fuses the multiply into the product,
-so decoding still reads the int8 bytes (and the scales, 1/32 of them at
-128).
+block_size=128)`, the default): `kernel_scale` is then `(out, blocks)` and
+the weight is `values / scale` of the value's block. One outlier weight
+then coarsens its block, not its whole column. The product multiplies the
+cast int8 values by their block's ratio to the column's smallest scale (at
+most 1) and divides the dot product by that smallest scale; XLA fuses the
+multiply into the product, so decoding still reads the int8 bytes (and the
+scales, 1/32 of them at 128).
 
 `SUPPORTED_MODES` are the quantization modes this holds for; a model
 refuses the others (`kt.models`' `quantize`).
@@ -40,6 +38,8 @@ from typing import NamedTuple
 import keras
 import numpy as np
 from keras import ops
+
+from keras_transformer._compat import kernel_variable
 
 SUPPORTED_MODES = ("int8",)
 
@@ -139,15 +139,15 @@ def kernel_matrix(layer, rows):
     LoRA update (a `kt.layers.lora.Projection`'s, or a `Dense`'s here)."""
     lora = getattr(layer, "lora_factors", lambda: None)()
     if check_mode(layer) is None:
-        kernel = layer.kernel if lora is None else layer._kernel
+        kernel = layer.kernel if lora is None else kernel_variable(layer)
         return Matrix(ops.reshape(kernel, (rows, -1)), None, lora)
-    block_size = getattr(layer, "int8_block_size", None)
+    kernel, block_size = kernel_variable(layer), getattr(layer, "int8_block_size", None)
     if block_size:
-        return Matrix(layer._kernel, layer.kernel_scale, lora, True, block_size)
+        return Matrix(kernel, layer.kernel_scale, lora, True, block_size)
     scale = ops.reshape(layer.kernel_scale, (-1,))
     if getattr(layer, "transposed_int8", False):
-        return Matrix(layer._kernel, scale, lora, transposed=True)
-    return Matrix(ops.reshape(layer._kernel, (rows, -1)), scale, lora)
+        return Matrix(kernel, scale, lora, transposed=True)
+    return Matrix(ops.reshape(kernel, (rows, -1)), scale, lora)
 
 
 def _in_place(values, x):
@@ -381,8 +381,8 @@ class Dense(Int8Matrix, keras.layers.Dense):
         >>> x = np.ones((2, 8), "float32")
         >>> before = np.asarray(layer(x))
         >>> layer.quantize("int8")
-        >>> tuple(layer._kernel.shape), tuple(layer.kernel.shape)
-        ((4, 8), (8, 4))
+        >>> layer.transposed_int8, tuple(layer.kernel.shape)
+        (True, (8, 4))
         >>> bool(np.allclose(layer(x), before, atol=0.05))
         True
     """

@@ -27,7 +27,12 @@ import keras
 import numpy as np
 
 from keras_transformer import _validation as validation
-from keras_transformer._compat import collect_once
+from keras_transformer._compat import (
+    collect_once,
+    kernel_variable,
+    merged_lora_kernel,
+    unlocked,
+)
 
 LORA_LAYERS = (keras.layers.Dense, keras.layers.EinsumDense)
 METADATA_KEY = "keras_transformer_lora"
@@ -263,23 +268,23 @@ class LoRAMixin:
 
 def _merge_layer(layer):
     """Folds `layer`'s LoRA update into its kernel; removes its matrices."""
+    kernel = kernel_variable(layer)
     if layer.quantization_mode is None:
         merged = np.asarray(keras.ops.convert_to_numpy(layer.kernel))
-        layer._tracker.unlock()
-        layer._kernel.assign(merged.astype(layer._kernel.dtype))
     else:  # int8 (QLoRA): dequantize, merge, quantize again
-        values, scale = layer._get_kernel_with_merged_lora()[:2]
-        layer._tracker.unlock()
-        if hasattr(layer, "assign_int8"):  # ours: any layout
+        values, scale = merged_lora_kernel(layer)[:2]
+    with unlocked(layer):
+        if layer.quantization_mode is None:
+            kernel.assign(merged.astype(kernel.dtype))
+        elif hasattr(layer, "assign_int8"):  # ours: any layout
             layer.assign_int8(values, scale)
         else:
-            layer._kernel.assign(values)
+            kernel.assign(values)
             layer.kernel_scale.assign(scale)
-    del layer.lora_kernel_a
-    del layer.lora_kernel_b
-    layer.lora_enabled = False
-    layer.lora_rank = None
-    layer._tracker.lock()
+        del layer.lora_kernel_a
+        del layer.lora_kernel_b
+        layer.lora_enabled = False
+        layer.lora_rank = None
 
 
 def _without_names(value):

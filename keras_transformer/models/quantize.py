@@ -128,13 +128,31 @@ class QuantizeMixin:
             )
         if float_layers:
             self._quantization_float_layers = tuple(float_layers)
-        self._quantized_mode = mode
-        self._quantization_block_size = config.block_size
+        self.mark_quantized(mode, config.block_size)
         backbone = getattr(self, "backbone", None)
         if isinstance(backbone, QuantizeMixin) and backbone.quantized_mode is None:
             # (A backbone quantized before keeps its own block size.)
-            backbone._quantized_mode = mode
-            backbone._quantization_block_size = config.block_size
+            backbone.mark_quantized(mode, config.block_size)
+
+    def mark_quantized(self, mode, block_size, keep_float=False):
+        """Records that the model's layers were quantized with `mode` and
+        `block_size` other than by its `quantize` (by its head's, or one by
+        one as a GGUF file's Q8_0 / Q4_0 tensors are loaded): it then
+        reports `quantized_mode`, and its config names both, so that its
+        `.keras` file rebuilds the layers quantized.
+
+        Args:
+            mode: the quantization mode (`"int8"`).
+            block_size: the input rows sharing a scale, or None (a scale
+                per column).
+            keep_float: also record the projections and embeddings that
+                are still float, so that the `.keras` file rebuilds them
+                float.
+        """
+        self._quantized_mode = mode
+        self._quantization_block_size = block_size
+        if keep_float:
+            self._keep_float()
 
     def _quantization_config(self):
         """The config entries of the mode and block size (none when

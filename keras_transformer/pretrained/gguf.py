@@ -48,7 +48,7 @@ inputs (I / 32).
 import numpy as np
 
 from keras_transformer import _gguf
-from keras_transformer._compat import collect_once
+from keras_transformer._compat import collect_once, flatten_layers, kernel_variable
 from keras_transformer.layers.quantization import BlockConfig
 from keras_transformer.pretrained import checkpoint, gpt2, llama
 
@@ -393,8 +393,8 @@ def _set_int8(model, blocks):
     # The layer holding each pair's variable; its kernel is read as int8
     # matrices once quantized (`kt.layers.quantization.Int8Matrix`).
     owners = {
-        id(layer._kernel): layer
-        for layer in model._flatten_layers()
+        id(kernel_variable(layer)): layer
+        for layer in flatten_layers(model)
         if hasattr(layer, "assign_int8")
     }
     with collect_once():
@@ -405,6 +405,5 @@ def _set_int8(model, blocks):
             values, scales = blocks[name]
             layer.quantize("int8", config=BlockConfig(BLOCK))
             layer.assign_int8(values.T, scales)  # (I, O): Keras' kernel layout
-    model._quantized_mode = "int8"
-    model._quantization_block_size = BLOCK
-    model._keep_float()  # the embedding and any dequantized projection
+    # The embedding and any dequantized projection stay float.
+    model.mark_quantized("int8", BLOCK, keep_float=True)

@@ -33,6 +33,12 @@ import os
 import tensorflow as tf
 from keras import tree
 
+from keras_transformer._compat import (
+    maybe_symbolic_build,
+    reduce_per_replica,
+    strategy_in_multi_worker_mode,
+)
+
 
 class _ProbeExtended:
     def _in_multi_worker_mode(self):
@@ -87,17 +93,13 @@ def fit_needs_workaround():
         True
     """
     try:
-        from keras.src.backend.tensorflow import trainer
-    except ImportError:  # not the TensorFlow backend
-        return False
-    try:
         builds = _ProbeStrategy()
         batch = (_ProbeShard(), _ProbeShard())
-        trainer.TensorFlowTrainer._maybe_symbolic_build(
-            _ProbeModel(builds), iterator=[(0, 0, iter([batch]))]
-        )
+        maybe_symbolic_build(_ProbeModel(builds), iterator=[(0, 0, iter([batch]))])
         logs = _ProbeStrategy()
-        trainer.reduce_per_replica({"loss": tf.constant(0.0)}, logs, "auto")
+        reduce_per_replica({"loss": tf.constant(0.0)}, logs, "auto")
+    except ImportError:  # not the TensorFlow backend
+        return False
     except (AttributeError, TypeError, ValueError) as error:
         logging.warning(
             "Keras' TensorFlow trainer changed (%s); the multi-worker `fit` "
@@ -115,7 +117,7 @@ def fit_needs_workaround():
 def in_multi_worker_mode(strategy):
     """Whether `strategy` is a MultiWorkerMirroredStrategy over 2+ workers."""
     return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and bool(
-        strategy.extended._in_multi_worker_mode()
+        strategy_in_multi_worker_mode(strategy)
     )
 
 
