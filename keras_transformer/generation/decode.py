@@ -18,9 +18,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
+from keras_transformer.generation.compiled import CompiledFunctions
 from keras_transformer.generation.registry import get_sampler
 from keras_transformer.generation.speculative import speculative_decode_function
-from keras_transformer.models.base import CompiledFunctions
 from keras_transformer.models.decoding import CausalLM, Seq2SeqLM
 
 BUCKET = 32  # buffer and source lengths are rounded up to a multiple of this

@@ -17,9 +17,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
+from keras_transformer.generation.compiled import CompiledFunctions
 from keras_transformer.generation.decode import check_generative, check_request
 from keras_transformer.generation.registry import get_sampler
-from keras_transformer.models.base import CompiledFunctions
 
 CHUNK_SIZE = 16  # positions per piece: few enough calls to keep the speed
 # With `piece_seconds`, pieces grow toward lasting this long: each piece

@@ -8,17 +8,18 @@ layers were built under), `from_config` and `from_preset`;
 a preset name.
 """
 
-import contextlib
 import functools
-import threading
+import inspect
+import textwrap
 
 import keras
 
 from keras_transformer import _validation as validation
+from keras_transformer.models.initializers import global_dtype_policy
 from keras_transformer.models.lora import LoRAMixin
 from keras_transformer.models.presets import PRESETS
 from keras_transformer.models.quantize import QuantizeMixin
-from keras_transformer.training import distribute, multi_worker
+from keras_transformer.training.fit import FitMixin
 
 
 def check_sizes(config, vocabulary_name="vocabulary_size"):
@@ -59,118 +60,6 @@ def constructor_arguments(local_variables):
         for name, value in local_variables.items()
         if name not in ("self", "kwargs", "__class__")
     }
-
-
-_PLACEHOLDERS = threading.local()
-
-
-def initializer(identifier):
-    """The Keras initializer `identifier`; zeros inside
-    `placeholder_weights()`, where `from_pretrained` assigns every weight
-    afterwards."""
-    if getattr(_PLACEHOLDERS, "active", False):
-        return keras.initializers.Zeros()
-    return keras.initializers.get(identifier)
-
-
-def normal_initializer(stddev=0.02):
-    """BERT/GPT-2 initialize weights from N(0, 0.02²); zeros inside
-    `placeholder_weights()`."""
-    return initializer(keras.initializers.TruncatedNormal(stddev=stddev))
-
-
-@contextlib.contextmanager
-def placeholder_weights():
-    """Models built inside start from zeros, not from random draws.
-
-    For `from_pretrained`, which overwrites every weight it builds: drawing
-    a GPT-2 small's 124M truncated-normal numbers takes about two seconds on
-    two CPU cores, zeros almost nothing. Weights a checkpoint lacks must be
-    drawn afterwards with `normal_initializer()`.
-    """
-    before = getattr(_PLACEHOLDERS, "active", False)
-    _PLACEHOLDERS.active = True
-    try:
-        yield
-    finally:
-        _PLACEHOLDERS.active = before
-
-
-@contextlib.contextmanager
-def global_dtype_policy(name):
-    """Sets Keras' global dtype policy to `name` inside (None: unchanged).
-
-    Our models' layers take the global policy when they are built (none is
-    given one but the float32 heads), so a model rebuilt from its config
-    must be built under the policy it was built under, not the one that
-    happens to be global when a `.keras` file is loaded.
-    """
-    before = keras.config.dtype_policy()
-    if name is not None:
-        keras.config.set_dtype_policy(name)
-    try:
-        yield
-    finally:
-        keras.config.set_dtype_policy(before)
-
-
-class FitMixin:
-    """`fit` that builds the optimizer's variables before the first step,
-    checks the global batch, and works under MultiWorkerMirroredStrategy.
-
-    Without a distribution strategy, Keras builds the optimizer inside the
-    first traced training step; TensorFlow then traces that step twice,
-    because the first trace creates variables. Building it first, as Keras
-    itself does under a strategy, makes it one trace: about 6 of the 20
-    seconds before the first step of the 4-layer character GPT on a 2-core
-    CPU (`docs/benchmarks.md`). The variables and updates are the same.
-
-    Under a `tf.distribute.MultiWorkerMirroredStrategy` with two or more
-    workers, Keras 3's own `fit` fails (keras-team/keras#20585); the
-    workaround lives here, in `_maybe_symbolic_build`, `train_step` and
-    `test_step`, and is on only while `multi_worker.fit_needs_workaround()`
-    finds the bug in the installed Keras (see `kt.training.multi_worker`).
-    """
-
-    def fit(self, *args, **kwargs):
-        batch_size = kwargs.get("batch_size", args[2] if len(args) > 2 else None)
-        if batch_size is not None:
-            distribute.check_global_batch(batch_size, self.distribute_strategy)
-        optimizer = getattr(self, "optimizer", None)
-        if optimizer is not None and not optimizer.built:
-            with self.distribute_strategy.scope():
-                optimizer.build(self.trainable_variables)
-        return super().fit(*args, **kwargs)
-
-    def _multi_worker_workaround(self):
-        strategy = self._distribute_strategy
-        return (
-            strategy is not None
-            and multi_worker.in_multi_worker_mode(strategy)
-            and multi_worker.fit_needs_workaround()
-        )
-
-    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
-        if iterator is not None and self._multi_worker_workaround():
-            for _, _, batches in iterator:
-                data_batch = multi_worker.first_replica_batch(
-                    next(batches), self._distribute_strategy
-                )
-                break
-            iterator = None
-        return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
-
-    def train_step(self, data):
-        logs = super().train_step(data)
-        if self._multi_worker_workaround():
-            return multi_worker.logs_as_vectors(logs)
-        return logs
-
-    def test_step(self, data):
-        logs = super().test_step(data)
-        if self._multi_worker_workaround():
-            return multi_worker.logs_as_vectors(logs)
-        return logs
 
 
 class ModelMixin(LoRAMixin, QuantizeMixin, FitMixin):
@@ -242,13 +131,83 @@ class ModelMixin(LoRAMixin, QuantizeMixin, FitMixin):
         return cls(**{**PRESETS[name]["config"], **overrides})
 
 
-def preset_factory(model_class):
-    """Lets a factory take a preset name as its first argument.
+def model_factory(model_class, name, summary, returns, example):
+    """The factory function `name` of `model_class`, written from the class.
 
-    `factory("gpt2_tiny", dropout=0.0)` is `model_class.from_preset(...)`
-    with exactly the keyword arguments the caller wrote, so a factory's own
-    defaults never overwrite a preset's values.
+    Its signature is the constructor's (without `**kwargs`), and its
+    docstring is `summary`, the class's own `Args` entries, `returns` and
+    `example`, so nothing is written twice. Its first argument may also be
+    a preset name: `factory("gpt2_tiny", dropout=0.0)` is
+    `model_class.from_preset(...)` with exactly the keyword arguments the
+    caller wrote, so no default overwrites a preset's values.
+
+    Args:
+        model_class: a `ModelMixin` model class with a Google-style `Args`
+            section.
+        name: the factory's name (`"gpt2"`).
+        summary: the docstring's first line.
+        returns: what the factory returns, for its `Returns` section.
+        example: the docstring's example (doctest lines, unindented).
+
+    Returns:
+        The factory function; put it in its module's `__test__` so that its
+        example runs with the module's docstrings.
     """
+    constructor = inspect.signature(model_class.__init__)
+    parameters = [
+        p
+        for p in list(constructor.parameters.values())[1:]  # not `self`
+        if p.kind is not p.VAR_KEYWORD
+    ]
+    signature = constructor.replace(parameters=parameters)
+    first = parameters[0].name
+
+    def factory(*args, **kwargs):
+        preset = args[0] if args else kwargs.get(first)
+        if isinstance(preset, str):
+            if not args:
+                kwargs.pop(first)
+            return model_class.from_preset(preset, *args[1:], **kwargs)
+        bound = signature.bind(*args, **kwargs)  # a TypeError, as a function's
+        return model_class(*bound.args, **bound.kwargs)
+
+    factory.__signature__ = signature
+    factory.__name__ = factory.__qualname__ = name
+    factory.__module__ = model_class.__module__
+    factory.__doc__ = _factory_doc(model_class, first, summary, returns, example)
+    return factory
+
+
+def _factory_doc(model_class, first, summary, returns, example):
+    """A factory's docstring from its class's `Args` section (without
+    `**kwargs`), its first argument also naming the class's presets."""
+    lines = inspect.getdoc(model_class).splitlines()
+    start = lines.index("Args:") + 1
+    end = lines.index("", start)
+    arguments, entry = [], None
+    for line in lines[start:end]:
+        if not line.startswith("        "):  # a new entry
+            entry = line.split(":")[0].strip()
+            if arguments and arguments[-1][0] == first and model_class.presets():
+                names = ", ".join(f'`"{p}"`' for p in model_class.presets())
+                note = (
+                    f"Or a preset name ({names}); the keyword arguments given "
+                    "override exactly those preset values."
+                )
+                wrapped = textwrap.wrap(note, 76, initial_indent=" " * 8)
+                wrapped[1:] = ["        " + line for line in wrapped[1:]]
+                arguments += [(first, line) for line in wrapped]
+        if entry != "**kwargs":
+            arguments.append((entry, line))
+    text = [summary, "", "Args:", *(line for _, line in arguments), "", "Returns:"]
+    text += textwrap.wrap(returns, 72, initial_indent="    ", subsequent_indent="    ")
+    text += ["", "Examples:", textwrap.indent(textwrap.dedent(example).strip(), "    ")]
+    return textwrap.indent("\n".join(text), "    ").strip() + "\n"
+
+
+def preset_factory(model_class):
+    """A hand-written factory that also takes a preset name (`seq2seq`'s,
+    until it is written by `model_factory`)."""
 
     def decorate(factory):
         @functools.wraps(factory)
@@ -263,55 +222,3 @@ def preset_factory(model_class):
         return wrapper
 
     return decorate
-
-
-# Compiled functions kept per model, and forgotten when its variables
-# change.
-#
-# A `tf.function` traced on a model reads the variables the model had when
-# it was traced. `quantize`, `enable_lora`, `merge_lora` and `load_lora`
-# replace or add variables, so a function traced before them would keep
-# computing with the old ones: float weights after `quantize`, no adapter
-# after `enable_lora`. Each lookup therefore compares the model's variables
-# (which ones, not their values) with those the functions were traced on.
-
-
-def variables_signature(model):
-    """Which variables `model` has: identity, dtype and shape of each."""
-    return tuple((id(v), str(v.dtype), tuple(v.shape)) for v in model.weights)
-
-
-class CompiledFunctions:
-    """Dicts of compiled functions, one per owner (a model or a task),
-    emptied when the owner's variables have changed.
-
-    Each owner's dict is kept on the owner itself (an attribute Keras does
-    not track), so it lives and dies with the owner. (A weak-keyed table
-    did not free them: its values, functions closing over their owner, held
-    the keys alive, and every model ever decoded stayed in memory.)
-
-    Example:
-        >>> import keras
-        >>> from keras_transformer.models.base import CompiledFunctions
-        >>> cache = CompiledFunctions()
-        >>> model = keras.Sequential([keras.layers.Dense(2)])
-        >>> model.build((None, 3))
-        >>> cache.of(model)["f"] = "traced"
-        >>> cache.of(model)
-        {'f': 'traced'}
-        >>> model.layers[0].enable_lora(1)  # adds two variables
-        >>> cache.of(model)
-        {}
-    """
-
-    def __init__(self):
-        self._attribute = f"_kt_compiled_functions_{id(self)}"
-
-    def of(self, owner):
-        """`owner`'s dict of functions (a new one if its variables changed)."""
-        signature = variables_signature(owner)
-        entry = owner.__dict__.get(self._attribute)
-        if entry is None or entry[0] != signature:
-            entry = (signature, {})
-            object.__setattr__(owner, self._attribute, entry)  # untracked
-        return entry[1]

@@ -11,9 +11,9 @@ from keras_transformer.models.base import (
     ModelMixin,
     check_sizes,
     constructor_arguments,
-    normal_initializer,
-    preset_factory,
+    model_factory,
 )
+from keras_transformer.models.initializers import normal_initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -145,42 +145,19 @@ class BERT(ModelMixin, keras.Model):
         self._set_config(**config)
 
 
-@preset_factory(BERT)
-def bert(
-    vocabulary_size,
-    *,
-    num_layers=None,
-    num_heads=None,
-    hidden_dim=None,
-    intermediate_dim=None,
-    max_sequence_length=512,
-    num_segments=2,
-    dropout=0.1,
-):
-    """Builds a `kt.models.BERT` encoder.
-
-    Args:
-        vocabulary_size: number of token ids (id 0 is `[PAD]`), or a preset
-            name (`"bert_tiny"`, `"bert_base"`); the keyword arguments given
-            then override exactly those preset values.
-        num_layers: number of encoder blocks.
-        num_heads: attention heads per block.
-        hidden_dim: hidden size E.
-        intermediate_dim: feed-forward width.
-        max_sequence_length: longest input.
-        num_segments: number of segment ids (2: sentence A and B).
-        dropout: dropout rate.
-
-    Returns:
-        A `kt.models.BERT` with inputs `{"token_ids", "segment_ids",
-        "padding_mask"}` (each `(B, T)`) and outputs
-        `{"sequence_output": (B, T, E), "pooled_output": (B, E)}`.
-
-    Examples:
-        >>> import keras_transformer as kt
-        >>> model = kt.models.bert(100, num_layers=1, num_heads=2, hidden_dim=8,
-        ...                        intermediate_dim=16, max_sequence_length=6)
-        >>> type(model).__name__
-        'BERT'
+bert = model_factory(
+    BERT,
+    "bert",
+    "Builds a `kt.models.BERT` encoder.",
+    'A `kt.models.BERT` with inputs `{"token_ids", "segment_ids", '
+    '"padding_mask"}` (each `(B, T)`) and outputs `{"sequence_output": '
+    '(B, T, E), "pooled_output": (B, E)}`.',
     """
-    return BERT(**locals())  # exactly the arguments of this signature
+    >>> import keras_transformer as kt
+    >>> model = kt.models.bert(100, num_layers=1, num_heads=2, hidden_dim=8,
+    ...                        intermediate_dim=16, max_sequence_length=6)
+    >>> type(model).__name__
+    'BERT'
+    """,
+)
+__test__ = {"bert": bert}  # its example runs with the module's

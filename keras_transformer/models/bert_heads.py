@@ -10,14 +10,14 @@ import keras
 from keras import ops
 
 from keras_transformer import _validation as validation
-from keras_transformer.models.base import (
-    FitMixin,
+from keras_transformer.models.bert import BERT
+from keras_transformer.models.initializers import (
     global_dtype_policy,
     normal_initializer,
 )
-from keras_transformer.models.bert import BERT
 from keras_transformer.models.lora import LoRAMixin
 from keras_transformer.models.quantize import QuantizeMixin
+from keras_transformer.training.fit import FitMixin
 
 
 class BERTHead(LoRAMixin, QuantizeMixin, FitMixin, keras.Model):

@@ -16,10 +16,10 @@ from keras_transformer.models.base import (
     ModelMixin,
     check_sizes,
     constructor_arguments,
-    normal_initializer,
-    preset_factory,
+    model_factory,
 )
 from keras_transformer.models.decoding import CausalLM
+from keras_transformer.models.initializers import normal_initializer
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_approximate": gelu_approximate}
 
@@ -156,45 +156,19 @@ class GPT2(ModelMixin, CausalLM):
         return logits, (updated if caches is not None else None)
 
 
-@preset_factory(GPT2)
-def gpt2(
-    vocabulary_size,
-    *,
-    num_layers=None,
-    num_heads=None,
-    hidden_dim=None,
-    intermediate_dim=None,
-    max_sequence_length=1024,
-    dropout=0.1,
-    activation="gelu",
-    layer_norm_epsilon=1e-5,
-):
-    """Builds a `kt.models.GPT2` causal language model.
-
-    Args:
-        vocabulary_size: number of token ids, or a preset name
-            (`"gpt2_tiny"`, `"gpt2_small"`, `"gpt2_medium"`); the keyword
-            arguments given then override exactly those preset values.
-        num_layers: number of decoder blocks.
-        num_heads: attention heads per block.
-        hidden_dim: hidden size E.
-        intermediate_dim: feed-forward width (4·E in GPT-2).
-        max_sequence_length: the context length.
-        dropout: dropout rate (embeddings, residuals, attention).
-        activation: `"gelu"` (exact) or `"gelu_approximate"` (tanh, as in
-            OpenAI's GPT-2).
-        layer_norm_epsilon: epsilon of every LayerNorm.
-
-    Returns:
-        A `kt.models.GPT2` mapping int `token_ids` `(B, T)` to float32 logits
-        `(B, T, vocabulary_size)`.
-
-    Examples:
-        >>> import numpy as np
-        >>> import keras_transformer as kt
-        >>> model = kt.models.gpt2(50, num_layers=1, num_heads=2, hidden_dim=8,
-        ...                        intermediate_dim=32, max_sequence_length=16)
-        >>> tuple(model(np.array([[5, 6, 7]])).shape)
-        (1, 3, 50)
+gpt2 = model_factory(
+    GPT2,
+    "gpt2",
+    "Builds a `kt.models.GPT2` causal language model.",
+    "A `kt.models.GPT2` mapping int `token_ids` `(B, T)` to float32 logits "
+    "`(B, T, vocabulary_size)`.",
     """
-    return GPT2(**locals())  # exactly the arguments of this signature
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> model = kt.models.gpt2(50, num_layers=1, num_heads=2, hidden_dim=8,
+    ...                        intermediate_dim=32, max_sequence_length=16)
+    >>> tuple(model(np.array([[5, 6, 7]])).shape)
+    (1, 3, 50)
+    """,
+)
+__test__ = {"gpt2": gpt2}  # its example runs with the module's

@@ -22,10 +22,10 @@ from keras_transformer.layers.rotary_attention import check_rotary_attention_arg
 from keras_transformer.models.base import (
     ModelMixin,
     constructor_arguments,
-    normal_initializer,
-    preset_factory,
+    model_factory,
 )
 from keras_transformer.models.decoding import CausalLM
+from keras_transformer.models.initializers import normal_initializer
 
 
 def check_config(config):
@@ -254,59 +254,20 @@ class Llama(ModelMixin, CausalLM):
         return embeddings + num_layers * block + e  # + the final RMS scale
 
 
-@preset_factory(Llama)
-def llama(
-    vocabulary_size,
-    *,
-    num_layers=None,
-    num_heads=None,
-    num_key_value_heads=None,
-    hidden_dim=None,
-    intermediate_dim=None,
-    head_dim=None,
-    max_sequence_length=2048,
-    rope_theta=10000.0,
-    rope_scaling=None,
-    sliding_window=None,
-    attention_bias=False,
-    tie_word_embeddings=False,
-    layer_norm_epsilon=1e-6,
-    dropout=0.0,
-):
-    """Builds a `kt.models.Llama` causal language model (Llama, Mistral,
-    Qwen2).
-
-    Args:
-        vocabulary_size: number of token ids (the checkpoint's + 1), or a
-            preset name (`"llama_tiny"`, `"smollm2_135m"`, `"qwen2_5_0_5b"`,
-            `"tinyllama_1_1b"`, `"llama3_2_1b"`, `"mistral_7b"`); the keyword
-            arguments given then override exactly those preset values.
-        num_layers: number of decoder blocks.
-        num_heads: query heads per block.
-        num_key_value_heads: key/value heads per block; None = `num_heads`.
-        hidden_dim: hidden size E.
-        intermediate_dim: width of the SwiGLU feed-forward.
-        head_dim: size of each head; defaults to `hidden_dim // num_heads`.
-        max_sequence_length: the context length.
-        rope_theta: the rotary base.
-        rope_scaling: None or a Hugging Face rope scaling dict.
-        sliding_window: None or the attention window (Mistral).
-        attention_bias: False, True or `"qkv"` (Qwen2).
-        tie_word_embeddings: logits through the token embedding.
-        layer_norm_epsilon: epsilon of every RMS normalization.
-        dropout: dropout rate.
-
-    Returns:
-        A `kt.models.Llama` mapping int `token_ids` `(B, T)` to float32
-        logits `(B, T, vocabulary_size)`.
-
-    Examples:
-        >>> import numpy as np
-        >>> import keras_transformer as kt
-        >>> model = kt.models.llama(50, num_layers=1, num_heads=4,
-        ...                         num_key_value_heads=1, hidden_dim=16,
-        ...                         intermediate_dim=32, attention_bias="qkv")
-        >>> tuple(model(np.array([[5, 6, 7]])).shape)
-        (1, 3, 50)
+llama = model_factory(
+    Llama,
+    "llama",
+    "Builds a `kt.models.Llama` causal language model (Llama, Mistral, Qwen2).",
+    "A `kt.models.Llama` mapping int `token_ids` `(B, T)` to float32 logits "
+    "`(B, T, vocabulary_size)`.",
     """
-    return Llama(**locals())  # exactly the arguments of this signature
+    >>> import numpy as np
+    >>> import keras_transformer as kt
+    >>> model = kt.models.llama(50, num_layers=1, num_heads=4,
+    ...                         num_key_value_heads=1, hidden_dim=16,
+    ...                         intermediate_dim=32, attention_bias="qkv")
+    >>> tuple(model(np.array([[5, 6, 7]])).shape)
+    (1, 3, 50)
+    """,
+)
+__test__ = {"llama": llama}  # its example runs with the module's

@@ -7,7 +7,8 @@ import keras
 
 from keras_transformer import _validation as validation
 from keras_transformer.layers import PatchEmbedding, TransformerEncoderBlock
-from keras_transformer.models.base import ModelMixin, initializer, preset_factory
+from keras_transformer.models.base import ModelMixin, model_factory
+from keras_transformer.models.initializers import initializer
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -149,47 +150,18 @@ class ViT(ModelMixin, keras.Model):
         self._set_config(**config)
 
 
-@preset_factory(ViT)
-def vit(
-    image_size,
-    patch_size,
-    num_classes,
-    *,
-    num_channels=3,
-    num_layers=None,
-    num_heads=None,
-    hidden_dim=None,
-    intermediate_dim=None,
-    dropout=0.0,
-    layer_norm_epsilon=1e-12,
-):
-    """Builds a `kt.models.ViT` image classifier.
-
-    Args:
-        image_size: side of the square input images, or a preset name
-            (`"vit_tiny"`, `"vit_base"`, `"vit_large"`); the keyword
-            arguments given then override exactly those preset values.
-        patch_size: side of the square patches; must divide `image_size`.
-        num_classes: number of output classes.
-        num_channels: channels of the input images (3: RGB).
-        num_layers: number of encoder blocks.
-        num_heads: attention heads per block.
-        hidden_dim: hidden size E.
-        intermediate_dim: feed-forward width.
-        dropout: dropout rate.
-        layer_norm_epsilon: epsilon of every LayerNorm (Hugging Face's
-            `ViTConfig` default, 1e-12).
-
-    Returns:
-        A `kt.models.ViT` taking float images
-        `(B, image_size, image_size, num_channels)` to logits
-        `(B, num_classes)`.
-
-    Examples:
-        >>> import keras_transformer as kt
-        >>> model = kt.models.vit(8, 2, 10, num_layers=1, num_heads=2,
-        ...                       hidden_dim=8, intermediate_dim=16)
-        >>> type(model).__name__, model.output_shape
-        ('ViT', (None, 10))
+vit = model_factory(
+    ViT,
+    "vit",
+    "Builds a `kt.models.ViT` image classifier.",
+    "A `kt.models.ViT` taking float images `(B, image_size, image_size, "
+    "num_channels)` to logits `(B, num_classes)`.",
     """
-    return ViT(**locals())  # exactly the arguments of this signature
+    >>> import keras_transformer as kt
+    >>> model = kt.models.vit(8, 2, 10, num_layers=1, num_heads=2,
+    ...                       hidden_dim=8, intermediate_dim=16)
+    >>> type(model).__name__, model.output_shape
+    ('ViT', (None, 10))
+    """,
+)
+__test__ = {"vit": vit}  # its example runs with the module's

@@ -15,9 +15,12 @@ Shape legend: E hidden size, H heads, D head size, F intermediate size.
 
 import numpy as np
 
-from keras_transformer.models.base import normal_initializer, placeholder_weights
 from keras_transformer.models.bert import BERT
 from keras_transformer.models.bert_heads import BERTClassifier, BERTMaskedLM
+from keras_transformer.models.initializers import (
+    normal_initializer,
+    placeholder_weights,
+)
 from keras_transformer.pretrained import checkpoint
 from keras_transformer.pretrained.family import Family
 from keras_transformer.text import hf_writers

@@ -21,8 +21,8 @@ import re
 
 import numpy as np
 
-from keras_transformer.models.base import placeholder_weights
 from keras_transformer.models.gpt import GPT2
+from keras_transformer.models.initializers import placeholder_weights
 from keras_transformer.pretrained import checkpoint
 from keras_transformer.pretrained.family import Family
 from keras_transformer.text import hf_tokenizers, hf_writers

@@ -32,7 +32,10 @@ heads, Hkv key/value heads, D head size, F feed-forward size.
 
 import dataclasses
 
-from keras_transformer.models.base import global_dtype_policy, placeholder_weights
+from keras_transformer.models.initializers import (
+    global_dtype_policy,
+    placeholder_weights,
+)
 from keras_transformer.models.llama import Llama
 from keras_transformer.pretrained import checkpoint
 from keras_transformer.pretrained.family import Family

@@ -22,7 +22,7 @@ Shape legend: E hidden size, C channels, P patch size, N patches, H heads,
 D head size.
 """
 
-from keras_transformer.models.base import placeholder_weights
+from keras_transformer.models.initializers import placeholder_weights
 from keras_transformer.models.vit import ViT
 from keras_transformer.pretrained import checkpoint
 from keras_transformer.pretrained.family import Family

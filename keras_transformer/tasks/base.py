@@ -6,9 +6,10 @@ A task class sets `model_classes` (the models it wraps) and `reads_text`
 (False: a folder of images has no tokenizer), reads more of a folder in
 `_from_folder`, and implements its text methods and `export`. The Hugging
 Face architectures it serves are in the families' `Family` records
-(`pretrained/registry.py`). Its constructor arguments that are Keras objects (the model, tokenizers) are listed in
-`serialized_arguments`: `get_config` nests them and `from_config` rebuilds
-them, so the tokenizer travels inside the `.keras` file.
+(`pretrained/registry.py`). Its constructor arguments that are Keras
+objects (the model, tokenizers) are listed in `serialized_arguments`:
+`get_config` nests them and `from_config` rebuilds them, so the tokenizer
+travels inside the `.keras` file.
 """
 
 import os
@@ -18,10 +19,11 @@ import keras
 
 from keras_transformer import _validation as validation
 from keras_transformer.export import savedmodel
+from keras_transformer.generation.compiled import CompiledFunctions
 from keras_transformer.models import from_pretrained as model_from_pretrained
-from keras_transformer.models.base import CompiledFunctions, FitMixin
 from keras_transformer.pretrained import checkpoint, registry
 from keras_transformer.text import tokenizer_from_pretrained
+from keras_transformer.training.fit import FitMixin
 
 # The tasks' compiled text functions, per task until its variables change.
 _COMPILED = CompiledFunctions()

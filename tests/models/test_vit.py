@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.models.base import placeholder_weights
+from keras_transformer.models.initializers import placeholder_weights
 from tests.helpers import run_layer_test, run_model_saving_test, to_numpy
 
 

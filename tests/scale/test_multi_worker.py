@@ -210,7 +210,7 @@ def test_not_in_multi_worker_mode_without_a_cluster():
 def test_every_model_class_and_task_fits_through_the_fit_mixin():
     import keras
 
-    from keras_transformer.models.base import FitMixin
+    from keras_transformer.training.fit import FitMixin
 
     exported = {
         value
