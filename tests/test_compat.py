@@ -157,15 +157,6 @@ ALLOWED = {("os", "_exit")}  # the standard library's documented exit
 # A named tuple's documented methods (underscored not to clash with fields).
 NAMED_TUPLE = {"_replace", "_asdict", "_make", "_fields", "_field_defaults"}
 PRIVATE_PACKAGES = ("keras.src", "tensorflow.python")
-# Uses in modules this change did not touch; each should move to
-# `_compat.py` (Keras') or get a public name (ours), then leave this list.
-PENDING = {
-    ("layers/masking.py", "_keras_mask"),  # `_compat.keras_mask`
-    ("models/base.py", "_requantize"),
-    ("models/bert_heads.py", "_requantize"),
-}
-
-
 def private(name):
     dunder = name.startswith("__") and name.endswith("__")
     return name.startswith("_") and not dunder and name not in NAMED_TUPLE
@@ -263,7 +254,7 @@ def test_private_uses_finds_each_kind(tmp_path):
 
 
 def test_no_private_names_outside_compat():
-    assert package_private_uses() - PENDING == set(), (
+    assert package_private_uses() == set(), (
         "Keras' and TensorFlow's private names go through "
         "keras_transformer/_compat.py (with a probe here); ours get a public "
         "name (docs/contributing.md)"

@@ -8,16 +8,17 @@ all masked gives zeros (never NaN) in float16 and bfloat16 too.
 
 from keras import ops
 
+from keras_transformer import _compat
+
 # Added to masked logits before the float32 softmax. Finite, so a fully masked
 # row gives a uniform (not NaN) softmax that `masked_softmax` then zeroes.
 MASKED_LOGIT = -1e9
 
 
 def keras_mask(x):
-    """Returns the Keras mask attached to `x` (e.g. by `mask_zero`), or None."""
-    # Keras 3 keeps propagated masks on the tensor itself; this is the same
-    # attribute `keras.layers.MultiHeadAttention` reads.
-    return getattr(x, "_keras_mask", None)
+    """Returns the Keras mask attached to `x` (e.g. by `mask_zero`), or None
+    (Keras keeps it on the tensor: `_compat.keras_mask`)."""
+    return _compat.keras_mask(x)
 
 
 def causal_mask(query_length, key_length, start_index=0):

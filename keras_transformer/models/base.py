@@ -95,7 +95,7 @@ class ModelMixin(LoRAMixin, QuantizeMixin, FitMixin):
         float_layers = config.pop("quantization_float_layers", ())
         # Files saved before 0.2 have no policy: the global one, as then.
         with global_dtype_policy(config.pop("dtype_policy", None)):
-            return cls(**config)._requantize(mode, block_size, float_layers)
+            return cls(**config).requantize(mode, block_size, float_layers)
 
     @classmethod
     def presets(cls):

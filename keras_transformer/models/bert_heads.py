@@ -55,7 +55,7 @@ class BERTHead(LoRAMixin, QuantizeMixin, FitMixin, keras.Model):
             config["backbone"] = keras.saving.deserialize_keras_object(
                 config["backbone"]
             )
-            return cls(**config)._requantize(mode, block_size, float_layers)
+            return cls(**config).requantize(mode, block_size, float_layers)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -170,8 +170,8 @@ class QuantizeMixin:
             config["quantization_float_layers"] = list(float_layers)
         return config
 
-    def _requantize(self, mode, block_size=None, float_layers=()):
-        """After `from_config`: the layers quantized again (before the int8
+    def requantize(self, mode, block_size=None, float_layers=()):
+        """Used by `from_config` (returns the model): the layers quantized again (before the int8
         weights are loaded into them), but `float_layers`. A file saved
         before blocks has no block size: a scale per column, as it was
         quantized."""
