@@ -31,3 +31,24 @@ def test_files_saved_by_the_last_release_load_with_identical_outputs(name):
         np.testing.assert_array_equal(actual[..., 0], -1e9)
         actual, expected = actual[..., 1:], expected[..., 1:]
     np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-6)
+
+
+FAMILY_FILES = os.path.join(FIXTURES, "family_files")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gpt2", "llama", "mistral", "qwen2", "llama_int8", "bert_classifier",
+        "bart", "seq2seq", "vit",
+    ],
+)  # fmt: skip
+def test_files_saved_before_the_families_were_recomposed_give_the_same_bits(name):
+    # One file per family configuration, saved by commit c313be3 (before
+    # issue #44 recomposed attention, blocks and the decoding protocol; see
+    # tests/fixtures/make_family_files.py): outputs equal bit for bit.
+    from tests.fixtures.make_family_files import inputs as family_inputs
+
+    expected = np.load(os.path.join(FAMILY_FILES, "outputs.npz"))[name]
+    model = keras.saving.load_model(os.path.join(FAMILY_FILES, f"{name}.keras"))
+    np.testing.assert_array_equal(to_numpy(model(family_inputs()[name])), expected)
