@@ -13,7 +13,7 @@ from keras import ops
 
 from keras_transformer import _validation as validation
 from keras_transformer.layers import quantization
-from keras_transformer.layers.grouped import attend_grouped
+from keras_transformer.layers.grouped import attend
 from keras_transformer.layers.lora import Projection
 from keras_transformer.layers.masking import (
     causal_mask,
@@ -73,6 +73,11 @@ class MultiHeadAttention(keras.layers.Layer):
     consecutive query heads shares one: query head `h` reads key/value head
     `h // (num_heads // num_key_value_heads)`, as transformers' `repeat_kv`.
 
+    The scores are `Q·Kᵀ · scale` (`scale` defaults to `1 / sqrt(key_dim)`;
+    T5 uses 1.0), plus an optional additive `position_bias` given to `call`
+    (T5's relative position bias, computed once per stack and shared by its
+    layers; ALiBi), added in float32 before the masked softmax.
+
     For autoregressive decoding, `call` accepts a fixed-shape key/value
     `cache` of shape `(B, 2, S_max, K, D)` (K = `num_key_value_heads`) that
     is updated in place at `cache_update_index`, so a compiled decode loop
@@ -90,6 +95,8 @@ class MultiHeadAttention(keras.layers.Layer):
         num_key_value_heads: number of key/value heads K, dividing
             `num_heads`; None (the default) is `num_heads`, the weights of
             `keras.layers.MultiHeadAttention`.
+        scale: the factor of the query-key products, a finite float > 0;
+            None (the default) is `1 / sqrt(key_dim)`.
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -106,6 +113,11 @@ class MultiHeadAttention(keras.layers.Layer):
             it at that index and attention runs over the whole cache; without
             it the cache is used as is (precomputed cross-attention).
         cache_update_index: int scalar position of `query[:, 0]`.
+        position_bias: optional float `(B, H, T, S)`, any axis of which may
+            be 1: added to the scores (after `scale`) before the softmax.
+            Rows are this call's queries and columns its keys: with a cache,
+            the rows of positions `cache_update_index ... + T - 1` and one
+            column per cache slot.
 
     Returns:
         `(B, T, output_dim)`; with `return_attention_scores`, also the scores;
@@ -134,6 +146,7 @@ class MultiHeadAttention(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
         num_key_value_heads=None,
+        scale=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -151,6 +164,8 @@ class MultiHeadAttention(keras.layers.Layer):
         validation.check_positive_int("value_dim", value_dim, allow_none=True)
         validation.check_positive_int("output_dim", output_dim, allow_none=True)
         validation.check_rate("dropout", dropout)
+        if scale is not None:
+            validation.check_positive_number("scale", scale)
         self.num_heads = num_heads
         self.num_key_value_heads = num_key_value_heads or num_heads
         self.key_dim = key_dim
@@ -160,6 +175,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.output_dim = output_dim
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.scale = scale
         self.supports_masking = True
 
     def build(self, query_shape, value_shape=None, key_shape=None):
@@ -194,6 +210,7 @@ class MultiHeadAttention(keras.layers.Layer):
         training=None,
         cache=None,
         cache_update_index=None,
+        position_bias=None,
     ):
         value = query if value is None else value
         key = value if key is None else key
@@ -206,6 +223,8 @@ class MultiHeadAttention(keras.layers.Layer):
             cache,
             cache_update_index,
         )
+        if position_bias is not None:
+            self._check_position_bias(position_bias, query, value, cache)
         reads_cache_only = cache is not None and cache_update_index is None
         if reads_cache_only:  # precomputed cross-attention keys and values
             (q,) = self._project(query, self.query_dense)
@@ -225,7 +244,7 @@ class MultiHeadAttention(keras.layers.Layer):
             start = [0, 0, cache_update_index, 0, 0]
             cache = ops.slice_update(cache, start, ops.cast(kv, cache.dtype))
             k, v = cache[:, 0], cache[:, 1]
-        output, scores = self._attend(q, k, v, mask, training)
+        output, scores = self._attend(q, k, v, mask, position_bias, training)
         output = self._output(output)
         outputs = (output, scores) if return_attention_scores else (output,)
         if cache is not None:
@@ -303,36 +322,16 @@ class MultiHeadAttention(keras.layers.Layer):
         batch, length = ops.shape(heads)[0], ops.shape(heads)[1]
         return ops.reshape(y, (batch, length, matrix.columns))
 
-    def _attend(self, q, k, v, mask, training):
-        q = ops.multiply(q, ops.cast(1.0 / math.sqrt(self.key_dim), q.dtype))
-        if self.num_key_value_heads != self.num_heads:
-            return attend_grouped(q, k, v, mask, self.attention_dropout, training)
-        if q.shape[1] == 1:
-            return self._attend_one(q, k, v, mask, training)
-        scores = ops.einsum("bthd,bshd->bhts", q, k)
-        if mask is not None:
-            mask = ops.expand_dims(mask, 1)  # (B, 1, T, S): same for every head
-        probs = masked_softmax(scores, mask)
-        dropped = self.attention_dropout(probs, training=training)
-        return ops.einsum("bhts,bshd->bthd", dropped, v), probs
+    def _attend(self, q, k, v, mask, bias, training):
+        """Projected heads -> `(outputs (B, T, H, D), probabilities)`."""
+        scale = 1.0 / math.sqrt(self.key_dim) if self.scale is None else self.scale
+        q = ops.multiply(q, ops.cast(scale, q.dtype))
+        return attend(q, k, v, mask, self.attention_dropout, training, bias)
 
-    def _attend_one(self, q, k, v, mask, training):
-        """`_attend` for one query (a decoding step), as products and sums.
-
-        The einsums would first copy the whole `(B, S, H, D)` key/value
-        cache into a `(B, H, S, D)` layout at every step; multiplying and
-        summing reads it in place. The same numbers up to the order of the
-        additions.
-        """
-        scores = ops.sum(q * k, axis=-1)  # (B, 1, H, D) * (B, S, H, D) -> (B, S, H)
-        scores = ops.transpose(scores, (0, 2, 1))[:, :, None, :]  # (B, H, 1, S)
-        if mask is not None:
-            mask = ops.expand_dims(mask, 1)  # (B, 1, 1, S)
-        probs = masked_softmax(scores, mask)
-        dropped = self.attention_dropout(probs, training=training)
-        weights = ops.transpose(dropped[:, :, 0, :], (0, 2, 1))  # (B, S, H)
-        output = ops.sum(weights[..., None] * v, axis=1, keepdims=True)
-        return output, probs  # (B, 1, H, D), (B, H, 1, S)
+    def _check_position_bias(self, bias, query, value, cache):
+        key_length = value.shape[1] if cache is None else cache.shape[2]
+        expected = (query.shape[0], self.num_heads, query.shape[1], key_length)
+        validation.check_mask_shape("position_bias", bias.shape, expected)
 
     def _attention_mask(
         self, query, value, key, attention_mask, use_causal_mask, cache, index
@@ -420,6 +419,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 "num_key_value_heads": self.num_key_value_heads,
             }
         )
+        if self.scale is not None:  # configs saved before `scale` stay equal
+            config["scale"] = self.scale
         return config
 
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):

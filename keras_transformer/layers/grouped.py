@@ -1,4 +1,5 @@
-"""Grouped-query attention: H query heads over K <= H key/value heads.
+"""The attention computation of `MultiHeadAttention` and its subclasses:
+H query heads over K <= H key/value heads.
 
 Shape legend: B batch, T query length, S key length, H query heads, K
 key/value heads, G = H // K query heads per key/value head, D head size.
@@ -7,7 +8,10 @@ Query head `h = k * G + g` reads key/value head `k` (transformers'
 `repeat_kv` order). Keys and values are never repeated per query head: the
 queries are viewed as `(B, T, K, G, D)` and each key/value head is read by
 its whole group at once, so a decoding step reads the `(B, S, K, D)` cache
-once, as plain multi-head attention does.
+once. Plain multi-head attention is the case K == H (G = 1): the size-1
+group axis leaves every product and sum as it is, so its numbers are those
+of `(B, T, H, D)` einsums bit for bit (float32, bfloat16 and float16,
+eagerly and under XLA), and plain attention needs no path of its own.
 """
 
 from keras import ops
@@ -15,13 +19,15 @@ from keras import ops
 from keras_transformer.layers.masking import masked_softmax
 
 
-def attend_grouped(q, k, v, mask, dropout, training=None):
+def attend(q, k, v, mask, dropout, training=None, bias=None):
     """Scaled queries `(B, T, H, D)`, keys `(B, S, K, D)` and values
     `(B, S, K, D_v)` -> `(outputs (B, T, H, D_v), probabilities (B, H, T, S))`.
 
     `mask` is boolean `(B, T, S)` (True = may attend) or None; `dropout` is
-    the layer applied to the probabilities. The queries must already carry
-    the `1 / sqrt(D)` scale.
+    the layer applied to the probabilities; `bias` is None or a float
+    tensor broadcastable to `(B, H, T, S)`, added to the scores before the
+    softmax (see `biased_softmax`). The queries must already carry the
+    scale.
     """
     heads, kv_heads = q.shape[2], k.shape[2]
     groups = heads // kv_heads
@@ -30,10 +36,10 @@ def attend_grouped(q, k, v, mask, dropout, training=None):
         mask = ops.expand_dims(mask, 1)  # (B, 1, T, S): same for every head
     grouped = ops.reshape(q, (batch, length, kv_heads, groups, q.shape[-1]))
     if q.shape[1] == 1:
-        return _attend_one(grouped, k, v, mask, dropout, training)
+        return _attend_one(grouped, k, v, mask, bias, dropout, training)
     scores = ops.einsum("btkgd,bskd->bkgts", grouped, k)
     scores = ops.reshape(scores, (batch, heads, length, keys))
-    probs = masked_softmax(scores, mask)
+    probs = biased_softmax(scores, mask, bias)
     dropped = ops.reshape(
         dropout(probs, training=training), (batch, kv_heads, groups, length, keys)
     )
@@ -41,16 +47,33 @@ def attend_grouped(q, k, v, mask, dropout, training=None):
     return ops.reshape(output, (batch, length, heads, v.shape[-1])), probs
 
 
-def _attend_one(q, k, v, mask, dropout, training):
-    """One query `(B, 1, K, G, D)` (a decoding step), as products and sums
-    that read the cache in place (see `MultiHeadAttention._attend_one`)."""
+def biased_softmax(scores, mask, bias=None):
+    """`masked_softmax(scores + bias, mask)` in the dtype of `scores`.
+
+    The sum is taken in float32, where the softmax runs, so a bias is not
+    rounded to bfloat16 scores first. Without a bias it is `masked_softmax`
+    itself.
+    """
+    if bias is None:
+        return masked_softmax(scores, mask)
+    biased = ops.cast(scores, "float32") + ops.cast(bias, "float32")
+    return ops.cast(masked_softmax(biased, mask), scores.dtype)
+
+
+def _attend_one(q, k, v, mask, bias, dropout, training):
+    """One query `(B, 1, K, G, D)` (a decoding step) as products and sums.
+
+    The einsums would first copy the whole `(B, S, K, D)` key/value cache
+    into a `(B, K, S, D)` layout at every step; multiplying and summing
+    reads it in place. The same numbers up to the order of the additions.
+    """
     kv_heads, groups = q.shape[2], q.shape[3]
     batch = ops.shape(q)[0]
     heads = kv_heads * groups
     scores = ops.sum(q * k[:, :, :, None, :], axis=-1)  # (B, S, K, G)
     scores = ops.reshape(scores, (batch, -1, heads))  # (B, S, H)
     scores = ops.transpose(scores, (0, 2, 1))[:, :, None, :]  # (B, H, 1, S)
-    probs = masked_softmax(scores, mask)
+    probs = biased_softmax(scores, mask, bias)
     dropped = dropout(probs, training=training)
     weights = ops.transpose(dropped[:, :, 0, :], (0, 2, 1))  # (B, S, H)
     weights = ops.reshape(weights, (batch, -1, kv_heads, groups, 1))

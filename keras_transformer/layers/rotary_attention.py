@@ -91,6 +91,8 @@ class RotaryAttention(MultiHeadAttention):
             `"qkv"` (query, key and value: Qwen2).
         dropout: dropout rate on the attention probabilities.
         output_dim: width of the output; defaults to the query's last dim.
+        scale: the factor of the query-key products; None (the default) is
+            `1 / sqrt(key_dim)`.
         **kwargs: `kernel_initializer`, `bias_initializer` and base
             `keras.layers.Layer` arguments.
 
@@ -126,6 +128,7 @@ class RotaryAttention(MultiHeadAttention):
         attention_bias=False,
         dropout=0.0,
         output_dim=None,
+        scale=None,
         **kwargs,
     ):
         check_rotary_attention_arguments(
@@ -143,6 +146,7 @@ class RotaryAttention(MultiHeadAttention):
             use_bias=bool(attention_bias),
             output_dim=output_dim,
             num_key_value_heads=num_key_value_heads,
+            scale=scale,
             **kwargs,
         )
         self.rope_theta = rope_theta

@@ -1,8 +1,11 @@
+import math
+
 import keras
 import numpy as np
 import pytest
 
 import keras_transformer as kt
+from keras_transformer.layers.grouped import attend
 from tests.helpers import (
     np_attention,
     np_attention_with_key,
@@ -257,15 +260,18 @@ def test_one_matmul_projection_equals_the_sublayers(self_attention):
     )
 
 
-def test_one_query_step_equals_the_einsum_attention():
+@pytest.mark.parametrize("kv_heads", [2, 1])
+def test_one_query_step_equals_the_einsum_attention(kv_heads):
     # A decoding step (one query) attends by products and sums instead of
     # the einsums; probabilities and outputs must be those of the einsums.
     layer = kt.layers.MultiHeadAttention(num_heads=2, key_dim=4)
     layer(rand(1, 3, 8))
-    q, k, v = rand(2, 1, 2, 4), rand(2, 7, 2, 4, seed=1), rand(2, 7, 2, 4, seed=2)
+    q = rand(2, 1, 2, 4)
+    k, v = rand(2, 7, kv_heads, 4, seed=1), rand(2, 7, kv_heads, 4, seed=2)
     mask = np.ones((2, 1, 7), bool)
     mask[0, 0, 4:] = False  # cache slots not written yet
-    out, probs = layer._attend_one(q, k, v, mask, training=False)
+    out, probs = attend(q, k, v, mask, layer.attention_dropout, training=False)
+    k, v = np.repeat(k, 2 // kv_heads, axis=2), np.repeat(v, 2 // kv_heads, axis=2)
     scores = np.einsum("bthd,bshd->bhts", q, k)
     expected_probs = np_softmax(scores, mask[:, None])
     np.testing.assert_allclose(to_numpy(probs), expected_probs, atol=1e-6)
@@ -278,16 +284,18 @@ def test_one_query_step_equals_the_einsum_attention():
 # ---- grouped-query attention (num_key_value_heads) ---------------------------
 
 
-def np_grouped_attention(query, weights, mask=None):
+def np_grouped_attention(query, weights, mask=None, scale=None, bias=0.0):
     """Self-attention with K key/value heads repeated to the H query heads in
     transformers' `repeat_kv` order (query head h reads key/value head
-    h // (H // K)), from `keras.layers.MultiHeadAttention`-layout weights."""
+    h // (H // K)), from `keras.layers.MultiHeadAttention`-layout weights:
+    softmax(Q·Kᵀ · scale + bias)·V, `scale` None = 1 / sqrt(D)."""
     wq, bq, wk, bk, wv, bv, wo, bo = weights
     groups = wq.shape[1] // wk.shape[1]
     q = np.einsum("bte,ehd->bthd", query, wq) + bq
     k = np.repeat(np.einsum("bse,ehd->bshd", query, wk) + bk, groups, axis=2)
     v = np.repeat(np.einsum("bse,ehd->bshd", query, wv) + bv, groups, axis=2)
-    scores = np.einsum("bthd,bshd->bhts", q, k) / np.sqrt(q.shape[-1])
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = np.einsum("bthd,bshd->bhts", q, k) * scale + bias
     probs = np_softmax(scores, None if mask is None else mask[:, None])
     heads = np.einsum("bhts,bshd->bthd", probs, v)
     return np.einsum("bthd,hde->bte", heads, wo) + bo
@@ -387,3 +395,123 @@ def test_grouped_config_and_keras_round_trip(tmp_path):
 def test_bad_key_value_heads(kwargs, message):
     with pytest.raises(ValueError, match=message):
         kt.layers.MultiHeadAttention(key_dim=4, **kwargs)
+
+
+# ---- scale and position bias (T5) -------------------------------------------
+
+
+@pytest.mark.parametrize("num_key_value_heads", [None, 1])
+def test_default_scale_is_one_over_sqrt_key_dim_bit_for_bit(num_key_value_heads):
+    default = kt.layers.MultiHeadAttention(
+        2, 4, num_key_value_heads=num_key_value_heads
+    )
+    explicit = kt.layers.MultiHeadAttention(
+        2, 4, num_key_value_heads=num_key_value_heads, scale=1 / math.sqrt(4)
+    )
+    x = rand(2, 5, 8)
+    expected = to_numpy(default(x, use_causal_mask=True))
+    explicit(x)
+    explicit.set_weights(default.get_weights())
+    np.testing.assert_array_equal(to_numpy(explicit(x, use_causal_mask=True)), expected)
+
+
+@pytest.mark.parametrize("scale, num_key_value_heads", [(1.0, None), (0.3, 1)])
+def test_scale_matches_numpy_reference(scale, num_key_value_heads):
+    # T5 does not scale the scores (scale=1.0): softmax(Q·Kᵀ)·V.
+    layer = kt.layers.MultiHeadAttention(
+        2, 4, num_key_value_heads=num_key_value_heads, scale=scale,
+        bias_initializer="normal",
+    )  # fmt: skip
+    x = rand(2, 5, 8)
+    mask = np.random.default_rng(3).random((2, 5, 5)) > 0.3
+    actual = to_numpy(layer(x, attention_mask=mask))
+    expected = np_grouped_attention(x, layer.get_weights(), mask, scale=scale)
+    np.testing.assert_allclose(actual, expected, atol=1e-5)
+    unscaled = np_grouped_attention(x, layer.get_weights(), mask)
+    assert not np.allclose(actual, unscaled, atol=1e-3)
+
+
+@pytest.mark.parametrize("num_key_value_heads", [None, 1])
+def test_position_bias_matches_numpy_reference(num_key_value_heads):
+    layer = kt.layers.MultiHeadAttention(
+        2, 4, num_key_value_heads=num_key_value_heads, scale=1.0
+    )
+    x = rand(2, 5, 8)
+    bias = rand(1, 2, 5, 5, seed=4) * 3  # one bias per head, every row
+    out, probs = layer(
+        x, use_causal_mask=True, position_bias=bias, return_attention_scores=True
+    )
+    causal = np.tril(np.ones((5, 5), bool))[None]
+    expected = np_grouped_attention(x, layer.get_weights(), causal, 1.0, bias)
+    np.testing.assert_allclose(to_numpy(out), expected, atol=1e-5)
+    # The bias never reaches a masked key.
+    assert np.all(to_numpy(probs)[:, :, ~causal[0]] == 0)
+
+
+@pytest.mark.parametrize("num_key_value_heads", [None, 1])
+def test_cached_decoding_with_position_bias_equals_the_full_pass(num_key_value_heads):
+    layer = kt.layers.MultiHeadAttention(
+        2, 4, num_key_value_heads=num_key_value_heads, scale=1.0
+    )
+    x = rand(2, 6, 8)
+    bias = rand(2, 2, 6, 6, seed=4) * 3  # (B, H, T, S): rows are positions
+    full = to_numpy(layer(x, use_causal_mask=True, position_bias=bias))
+    cache = np.zeros((2, 2, 6, layer.num_key_value_heads, 4), "float32")
+    # A 2-token chunk, then one token at a time: the rows of this call's
+    # positions, one column per cache slot.
+    out, cache = layer(x[:, :2], use_causal_mask=True, cache=cache,
+                       cache_update_index=0, position_bias=bias[:, :, :2])  # fmt: skip
+    steps = [to_numpy(out)]
+    for i in range(2, 6):
+        out, cache = layer(
+            x[:, i : i + 1],
+            use_causal_mask=True,
+            cache=cache,
+            cache_update_index=i,
+            position_bias=bias[:, :, i : i + 1],
+        )
+        steps.append(to_numpy(out))
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, atol=1e-5)
+
+
+def test_position_bias_is_added_in_float32_under_mixed_precision():
+    # Every score is 16 * 16 = 256, where bfloat16's spacing is 2: added in
+    # bfloat16, a bias of 1 would round away (256 + 1 -> 256, equal weights).
+    layer = kt.layers.MultiHeadAttention(
+        1, 1, use_bias=False, scale=1.0, dtype="mixed_bfloat16"
+    )
+    x = np.full((1, 2, 1), 16.0, "float32")
+    layer(x)
+    for dense in (layer.query_dense, layer.key_dense):
+        dense.kernel.assign(np.ones(dense.kernel.shape, "float32"))
+    bias = np.array([[[[1.0, 0.0]]]], "float32")  # (1, 1, 1, S): key 0 + 1
+    _, probs = layer(x, position_bias=bias, return_attention_scores=True)
+    expected = np_softmax(np.array([257.0, 256.0]))  # [0.731, 0.269]
+    np.testing.assert_allclose(
+        to_numpy(probs).astype("float32")[0, 0], [expected] * 2, atol=4e-3
+    )
+
+
+@pytest.mark.parametrize("scale", [None, 1.0])
+def test_scale_config_round_trip(scale, tmp_path):
+    layer = kt.layers.MultiHeadAttention(2, 4, scale=scale)
+    run_layer_test(layer, rand(2, 5, 8), expected_output_shape=(2, 5, 8))
+    # Saved only when given, so configs written before `scale` compare equal.
+    assert ("scale" in layer.get_config()) == (scale is not None)
+    assert layer.get_config().get("scale") == scale
+    inputs = keras.Input((5, 8))
+    model = keras.Model(inputs, layer(inputs, use_causal_mask=True))
+    restored = run_model_saving_test(model, rand(2, 5, 8), tmp_path)
+    assert restored.layers[-1].scale == scale
+
+
+@pytest.mark.parametrize("scale", [0, -1.0, float("nan"), float("inf"), "1", True])
+def test_bad_scale(scale):
+    with pytest.raises(ValueError, match=f"scale={scale!r}"):
+        kt.layers.MultiHeadAttention(2, 4, scale=scale)
+
+
+def test_bad_position_bias_shape():
+    layer = kt.layers.MultiHeadAttention(2, 4)
+    with pytest.raises(ValueError, match="position_bias.*\\(2, 3, 5, 5\\)"):
+        layer(rand(2, 5, 8), position_bias=np.zeros((2, 3, 5, 5), "float32"))

@@ -212,6 +212,25 @@ def test_rotary_attention_config_and_keras_round_trip(tmp_path):
     run_model_saving_test(model, x, tmp_path)
 
 
+def test_scale_reaches_the_scores():
+    # key_dim 4: the default scale is 1/2, so scale=1.0 with the query kernel
+    # halved is the default layer bit for bit (a power of two scales every
+    # product exactly, and the rotation is linear).
+    default = kt.layers.RotaryAttention(2, 4, num_key_value_heads=1)
+    unscaled = kt.layers.RotaryAttention(2, 4, num_key_value_heads=1, scale=1.0)
+    x = rand(2, 5, 8)
+    expected = to_numpy(default(x, use_causal_mask=True))
+    run_layer_test(unscaled, x, use_causal_mask=True)
+    unscaled.set_weights(default.get_weights())
+    unscaled.query_dense.kernel.assign(default.query_dense.kernel * 0.5)
+    actual = to_numpy(unscaled(x, use_causal_mask=True))
+    np.testing.assert_array_equal(actual, expected)
+    assert unscaled.get_config()["scale"] == 1.0
+    assert "scale" not in default.get_config()
+    with pytest.raises(ValueError, match="scale=-1.0"):
+        kt.layers.RotaryAttention(2, 4, scale=-1.0)
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
