@@ -1,6 +1,7 @@
 """What encoder and decoder blocks share: arguments, input checks, the
-padding mask, the residual wiring (post-LN or pre-LN) and the position-wise
-feed-forward network.
+padding mask, the residual wiring (post-LN or pre-LN), the normalization
+(LayerNorm or RMS) and the position-wise feed-forward network (dense or
+gated).
 
 Shape legend: B batch, T sequence length, E hidden size, F intermediate size.
 """
@@ -10,6 +11,11 @@ import keras
 from keras_transformer import _validation as validation
 from keras_transformer.layers import quantization
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.feedforward import GatedFeedForward
+from keras_transformer.layers.normalization import RMSNormalization
+
+NORMS = ("layer", "rms")
+FEEDFORWARDS = ("dense", "gated")
 
 
 def padding_attention_mask(padding_mask):
@@ -46,8 +52,28 @@ class TransformerBlockBase(keras.layers.Layer):
     - pre-LN (`normalize_first=True`, GPT-2): `x + drop(f(norm(x)))`
 
     with `_sublayer_input(x, norm)` before `f` and `_residual(x, f(...),
-    norm, dropout)` after it.
+    norm, dropout)` after it. `norm` picks LayerNorm or RMS normalization,
+    `feedforward` two dense layers or a gated unit (`GatedFeedForward`).
+
+    `SUBLAYERS` maps each sublayer's role to its attribute and layer names,
+    in the order `build` makes them: `.keras` files store weights under the
+    attribute names, LoRA adapters under the layer names, `get_weights`
+    lists weights in this order and seeded initializers draw in it, so a
+    configuration whose files were saved otherwise (`RotaryDecoderBlock`)
+    lists its own.
     """
+
+    SUBLAYERS = {
+        "self_attention": ("self_attention_layer", "self_attention"),
+        "self_attention_norm": ("self_attention_layer_norm",) * 2,
+        "self_attention_dropout": ("self_attention_dropout",) * 2,
+        "cross_attention": ("cross_attention_layer", "cross_attention"),
+        "cross_attention_norm": ("cross_attention_layer_norm",) * 2,
+        "cross_attention_dropout": ("cross_attention_dropout",) * 2,
+        "feedforward": ("feedforward",) * 2,  # dense: two layers of their own
+        "feedforward_norm": ("feedforward_layer_norm",) * 2,
+        "feedforward_dropout": ("feedforward_dropout",) * 2,
+    }
 
     def __init__(
         self,
@@ -60,9 +86,17 @@ class TransformerBlockBase(keras.layers.Layer):
         key_dim=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        *,
+        norm="layer",
+        feedforward="dense",
+        use_bias=True,
+        scale=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        validation.check_choice("norm", norm, NORMS)
+        validation.check_choice("feedforward", feedforward, FEEDFORWARDS)
+        validation.check_bool("use_bias", use_bias)
         validation.check_positive_int("num_heads", num_heads)
         validation.check_positive_int("intermediate_dim", intermediate_dim)
         validation.check_positive_int("key_dim", key_dim, allow_none=True)
@@ -76,7 +110,18 @@ class TransformerBlockBase(keras.layers.Layer):
         self.key_dim = key_dim
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.norm = norm
+        self.feedforward_kind = feedforward
+        self.use_bias = use_bias
+        self.scale = scale
         self.supports_masking = True
+
+    def sublayer(self, role):
+        """The sublayer playing `role` (a key of `SUBLAYERS`)."""
+        return getattr(self, self.SUBLAYERS[role][0])
+
+    def _set_sublayer(self, role, layer):
+        setattr(self, self.SUBLAYERS[role][0], layer)
 
     def _head_size(self, hidden_dim):
         if self.key_dim is not None:
@@ -100,52 +145,85 @@ class TransformerBlockBase(keras.layers.Layer):
             ),
         }
 
-    def _build_attention(self, name, query_shape, value_shape=None):
-        hidden_dim = query_shape[-1]
-        attention = MultiHeadAttention(
-            num_heads=self.num_heads,
-            key_dim=self._head_size(hidden_dim),
-            dropout=self.dropout,
-            output_dim=hidden_dim,
-            dtype=self.dtype_policy,
-            name=name,
-            **self._initializers(),
-        )
-        attention.build(query_shape, value_shape)
-        norm = self._layer_norm(f"{name}_layer_norm", query_shape)
-        dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name=f"{name}_dropout"
-        )
-        return attention, norm, dropout
+    def _build_sublayers(
+        self, inputs_shape, context_shape=None, self_attention=None, **attention
+    ):
+        """Makes, builds and sets every sublayer, in `SUBLAYERS`' order:
+        the self-attention (`self_attention` if given, else a
+        `MultiHeadAttention` with the `attention` options), the
+        cross-attention where `context_shape` is given, the feed-forward,
+        and a norm and a dropout for each."""
+        hidden_dim = inputs_shape[-1]
+        for role, (attribute, name) in self.SUBLAYERS.items():
+            kind = role.split("_")[-1]
+            if role.startswith("cross") and context_shape is None:
+                continue
+            if role == "feedforward":
+                self._build_feedforward(inputs_shape)
+                continue
+            if kind == "norm":
+                layer = self._layer_norm(name, inputs_shape)
+            elif kind == "dropout":
+                layer = keras.layers.Dropout(
+                    self.dropout, dtype=self.dtype_policy, name=name
+                )
+            else:
+                layer = self_attention if role == "self_attention" else None
+                if layer is None:
+                    layer = MultiHeadAttention(
+                        num_heads=self.num_heads,
+                        key_dim=self._head_size(hidden_dim),
+                        dropout=self.dropout,
+                        use_bias=self.use_bias,
+                        output_dim=hidden_dim,
+                        scale=self.scale,
+                        dtype=self.dtype_policy,
+                        name=name,
+                        **(attention if role == "self_attention" else {}),
+                        **self._initializers(),
+                    )
+                layer.build(inputs_shape, context_shape if role[0] == "c" else None)
+            setattr(self, attribute, layer)
 
     def _build_feedforward(self, inputs_shape):
-        hidden_dim = inputs_shape[-1]
+        if self.feedforward_kind == "gated":
+            self.feedforward = GatedFeedForward(
+                self.intermediate_dim,
+                activation=self.activation,
+                use_bias=self.use_bias,
+                kernel_initializer=self._initializers()["kernel_initializer"],
+                dtype=self.dtype_policy,
+                name=self.SUBLAYERS["feedforward"][1],
+            )
+            self.feedforward.build(inputs_shape)
+            return
         self.feedforward_intermediate_dense = quantization.Dense(
             self.intermediate_dim,
             activation=self.activation,
+            use_bias=self.use_bias,
             dtype=self.dtype_policy,
             name="feedforward_intermediate_dense",
             **self._initializers(),
         )
         self.feedforward_intermediate_dense.build(inputs_shape)
         self.feedforward_output_dense = quantization.Dense(
-            hidden_dim,
+            inputs_shape[-1],
+            use_bias=self.use_bias,
             dtype=self.dtype_policy,
             name="feedforward_output_dense",
             **self._initializers(),
         )
         self.feedforward_output_dense.build((*inputs_shape[:-1], self.intermediate_dim))
-        self.feedforward_layer_norm = self._layer_norm(
-            "feedforward_layer_norm", inputs_shape
-        )
-        self.feedforward_dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="feedforward_dropout"
-        )
 
     def _layer_norm(self, name, inputs_shape):
-        norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
+        if self.norm == "rms":
+            norm = RMSNormalization(
+                self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+            )
+        else:
+            norm = keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
+            )
         norm.build(inputs_shape)
         return norm
 
@@ -160,10 +238,15 @@ class TransformerBlockBase(keras.layers.Layer):
         return norm(x + dropout(h, training=training))
 
     def _feedforward(self, x, training):
-        norm = self.feedforward_layer_norm
+        norm = self.sublayer("feedforward_norm")
         h = self._sublayer_input(x, norm)
-        h = self.feedforward_output_dense(self.feedforward_intermediate_dense(h))
-        return self._residual(x, h, norm, self.feedforward_dropout, training)
+        if self.feedforward_kind == "gated":
+            h = self.feedforward(h)
+        else:
+            h = self.feedforward_output_dense(self.feedforward_intermediate_dense(h))
+        return self._residual(
+            x, h, norm, self.sublayer("feedforward_dropout"), training
+        )
 
     def get_config(self):
         config = super().get_config()
@@ -182,6 +265,15 @@ class TransformerBlockBase(keras.layers.Layer):
                 "bias_initializer": keras.initializers.serialize(self.bias_initializer),
             }
         )
+        # Written only when set, so that configs read before are unchanged.
+        options = dict(
+            norm=self.norm,
+            feedforward=self.feedforward_kind,
+            use_bias=self.use_bias,
+            scale=self.scale,
+        )
+        defaults = dict(norm="layer", feedforward="dense", use_bias=True, scale=None)
+        config.update({k: v for k, v in options.items() if v != defaults[k]})
         return config
 
     def compute_output_shape(self, inputs_shape, *args, **kwargs):

@@ -1,4 +1,8 @@
-"""The Transformer decoder block (with or without cross-attention).
+"""The Transformer decoder block, composed from options: its normalization
+(LayerNorm or RMS, before or after each sub-block), its feed-forward
+(dense or gated, any activation), cross-attention (on or off) and its
+positions (none, rotary, or an additive bias). The seq2seq and GPT-2 blocks
+and `RotaryDecoderBlock` (Llama's) are configurations of it.
 
 Shape legend: B batch, T target length, S context (encoder) length,
 E hidden size, H heads, D head size.
@@ -13,17 +17,27 @@ from keras_transformer.layers.block import (
     check_block_inputs,
     padding_attention_mask,
 )
-from keras_transformer.layers.masking import causal_mask, keras_mask, merge_masks
+from keras_transformer.layers.masking import keras_mask, merge_masks
+from keras_transformer.layers.rotary_attention import (
+    RotaryAttention,
+    check_rotary_attention_arguments,
+)
+
+POSITIONS = (None, "rotary", "bias")
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerDecoderBlock(TransformerBlockBase):
     """Causal self-attention, optional cross-attention, then feed-forward.
 
-    Each sub-block has a residual connection and LayerNorm (post-LN by
+    Each sub-block has a residual connection and a norm (post-LN by
     default, pre-LN with `normalize_first=True`). With `cross_attention=True`
     the second sub-block attends to `context` (the encoder output); with
-    `cross_attention=False` this is a GPT-2 block.
+    `cross_attention=False` this is a GPT-2 block. `norm="rms"`,
+    `feedforward="gated"`, `positions="rotary"` make Llama's block
+    (`kt.layers.RotaryDecoderBlock` is that configuration); `positions=
+    "bias"` with `scale=1.0` and `use_bias=False` is T5's, its relative
+    bias given to `call` as `position_bias`.
 
     For generation, `call` takes a fixed-shape self-attention cache
     `(B, 2, S_max, H, D)` written at `self_attention_cache_update_index`, and a
@@ -41,6 +55,19 @@ class TransformerDecoderBlock(TransformerBlockBase):
         key_dim: per-head size; defaults to hidden size // `num_heads`.
         kernel_initializer: initializer of all kernels.
         bias_initializer: initializer of all biases.
+        norm: `"layer"` (LayerNorm) or `"rms"` (`kt.layers.RMSNormalization`).
+        feedforward: `"dense"` (two dense layers, `activation` between) or
+            `"gated"` (`kt.layers.GatedFeedForward`, `activation` on the gate).
+        use_bias: biases on the projections and the feed-forward layers
+            (a rotary self-attention's are `attention_bias`).
+        scale: the attention scores' scale; None is 1/sqrt(key_dim).
+        positions: None (positions come with the embeddings), `"rotary"`
+            (a `kt.layers.RotaryAttention` self-attention, with the options
+            below) or `"bias"` (an additive `position_bias` given to `call`).
+        num_key_value_heads: key/value heads of the self-attention (grouped
+            query attention); None = `num_heads`.
+        rope_theta, rope_scaling, sliding_window, attention_bias: the rotary
+            self-attention's options (see `kt.layers.RotaryAttention`).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -55,6 +82,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
         self_attention_cache_update_index: position of `inputs[:, 0]`.
         cross_attention_cache: `(B, 2, S, H, D)` from
             `compute_cross_attention_cache(context)`.
+        position_bias: float `(B, H, T, S)` added to the self-attention's
+            scores (`positions="bias"`).
 
     Returns:
         `(B, T, E)`; with `self_attention_cache`, the tuple
@@ -88,6 +117,17 @@ class TransformerDecoderBlock(TransformerBlockBase):
         key_dim=None,
         kernel_initializer="glorot_uniform",
         bias_initializer="zeros",
+        *,
+        norm="layer",
+        feedforward="dense",
+        use_bias=True,
+        scale=None,
+        positions=None,
+        num_key_value_heads=None,
+        rope_theta=10000.0,
+        rope_scaling=None,
+        sliding_window=None,
+        attention_bias=False,
         **kwargs,
     ):
         super().__init__(
@@ -100,26 +140,59 @@ class TransformerDecoderBlock(TransformerBlockBase):
             key_dim=key_dim,
             kernel_initializer=kernel_initializer,
             bias_initializer=bias_initializer,
+            norm=norm,
+            feedforward=feedforward,
+            use_bias=use_bias,
+            scale=scale,
             **kwargs,
         )
+        validation.check_choice("positions", positions, POSITIONS)
+        if positions == "rotary":
+            check_rotary_attention_arguments(
+                num_heads,
+                num_key_value_heads,
+                rope_theta,
+                rope_scaling,
+                sliding_window,
+                attention_bias,
+            )
         self.cross_attention = cross_attention
+        self.positions = positions
+        self.num_key_value_heads = num_key_value_heads
+        self.rope_theta = rope_theta
+        self.rope_scaling = rope_scaling
+        self.sliding_window = sliding_window
+        self.attention_bias = attention_bias
 
     def build(self, inputs_shape, context_shape=None):
         validation.check_rank("inputs", inputs_shape, 3)
-        (
-            self.self_attention_layer,
-            self.self_attention_layer_norm,
-            self.self_attention_dropout,
-        ) = self._build_attention("self_attention", inputs_shape)
+        attention = None
+        if self.positions == "rotary":
+            hidden_dim = inputs_shape[-1]
+            attention = RotaryAttention(
+                self.num_heads,
+                self._head_size(hidden_dim),
+                num_key_value_heads=self.num_key_value_heads,
+                rope_theta=self.rope_theta,
+                rope_scaling=self.rope_scaling,
+                sliding_window=self.sliding_window,
+                attention_bias=self.attention_bias,
+                dropout=self.dropout,
+                output_dim=hidden_dim,
+                scale=self.scale,
+                kernel_initializer=self._initializers()["kernel_initializer"],
+                dtype=self.dtype_policy,
+                name=self.SUBLAYERS["self_attention"][1],
+            )
         if self.cross_attention:
             context_shape = inputs_shape if context_shape is None else context_shape
             validation.check_rank("context", context_shape, 3)
-            (
-                self.cross_attention_layer,
-                self.cross_attention_layer_norm,
-                self.cross_attention_dropout,
-            ) = self._build_attention("cross_attention", inputs_shape, context_shape)
-        self._build_feedforward(inputs_shape)
+        self._build_sublayers(
+            inputs_shape,
+            context_shape if self.cross_attention else None,
+            self_attention=attention,
+            num_key_value_heads=self.num_key_value_heads,
+        )
         self.built = True
 
     def call(
@@ -132,6 +205,7 @@ class TransformerDecoderBlock(TransformerBlockBase):
         self_attention_cache=None,
         self_attention_cache_update_index=None,
         cross_attention_cache=None,
+        position_bias=None,
     ):
         use_cache = self_attention_cache is not None
         check_block_inputs(inputs, padding_mask)
@@ -143,10 +217,10 @@ class TransformerDecoderBlock(TransformerBlockBase):
         if padding_mask is None:
             padding_mask = keras_mask(inputs)
 
-        norm = self.self_attention_layer_norm
+        norm = self.sublayer("self_attention_norm")
         h = self._sublayer_input(inputs, norm)
         if use_cache:
-            h, self_attention_cache = self.self_attention_layer(
+            h, self_attention_cache = self.sublayer("self_attention")(
                 h,
                 use_causal_mask=True,
                 training=training,
@@ -156,14 +230,18 @@ class TransformerDecoderBlock(TransformerBlockBase):
                     if self_attention_cache_update_index is None
                     else self_attention_cache_update_index
                 ),
+                position_bias=position_bias,
             )
         else:
-            length = ops.shape(h)[1]
-            mask = merge_masks(
-                padding_attention_mask(padding_mask), causal_mask(length, length)
+            h = self.sublayer("self_attention")(
+                h,
+                attention_mask=padding_attention_mask(padding_mask),
+                use_causal_mask=True,
+                training=training,
+                position_bias=position_bias,
             )
-            h = self.self_attention_layer(h, attention_mask=mask, training=training)
-        x = self._residual(inputs, h, norm, self.self_attention_dropout, training)
+        dropout = self.sublayer("self_attention_dropout")
+        x = self._residual(inputs, h, norm, dropout, training)
 
         if self.cross_attention:
             norm = self.cross_attention_layer_norm
@@ -211,6 +289,16 @@ class TransformerDecoderBlock(TransformerBlockBase):
     def get_config(self):
         config = super().get_config()
         config["cross_attention"] = self.cross_attention
+        if self.positions is not None:  # written only when set, as before
+            config["positions"] = self.positions
+        rotary = dict(
+            num_key_value_heads=(self.num_key_value_heads, None),
+            rope_theta=(self.rope_theta, 10000.0),
+            rope_scaling=(self.rope_scaling, None),
+            sliding_window=(self.sliding_window, None),
+            attention_bias=(self.attention_bias, False),
+        )
+        config.update({k: v for k, (v, default) in rotary.items() if v != default})
         return config
 
 

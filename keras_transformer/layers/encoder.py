@@ -61,12 +61,7 @@ class TransformerEncoderBlock(TransformerBlockBase):
 
     def build(self, inputs_shape):
         validation.check_rank("inputs", inputs_shape, 3)
-        (
-            self.self_attention_layer,
-            self.self_attention_layer_norm,
-            self.self_attention_dropout,
-        ) = self._build_attention("self_attention", inputs_shape)
-        self._build_feedforward(inputs_shape)
+        self._build_sublayers(inputs_shape)
         self.built = True
 
     def call(self, inputs, padding_mask=None, attention_mask=None, training=None):

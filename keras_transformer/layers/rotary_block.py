@@ -1,5 +1,6 @@
-"""The decoder block of Llama, Mistral and Qwen2: pre-norm (RMS) rotary
-self-attention, then a gated feed-forward network.
+"""The decoder block of Llama, Mistral and Qwen2: a configuration of
+`kt.layers.TransformerDecoderBlock` (pre-norm RMS, rotary self-attention,
+a gated feed-forward, no cross-attention).
 
 Shape legend: B batch, T sequence length, E hidden size, K key/value heads,
 D head size.
@@ -8,18 +9,11 @@ D head size.
 import keras
 
 from keras_transformer import _validation as validation
-from keras_transformer.layers.block import check_block_inputs, padding_attention_mask
-from keras_transformer.layers.feedforward import GatedFeedForward
-from keras_transformer.layers.masking import keras_mask
-from keras_transformer.layers.normalization import RMSNormalization
-from keras_transformer.layers.rotary_attention import (
-    RotaryAttention,
-    check_rotary_attention_arguments,
-)
+from keras_transformer.layers.decoder import TransformerDecoderBlock
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class RotaryDecoderBlock(keras.layers.Layer):
+class RotaryDecoderBlock(TransformerDecoderBlock):
     """`x + attention(norm(x))`, then `x + feedforward(norm(x))`.
 
     The block of transformers' `LlamaDecoderLayer` (and Mistral's, Qwen2's):
@@ -60,7 +54,7 @@ class RotaryDecoderBlock(keras.layers.Layer):
         self_attention_cache)` with this call's keys and values written in.
 
     Layers (attributes): `attention_norm`, `attention`, `feedforward_norm`,
-    `feedforward`.
+    `feedforward` (the names its `.keras` files store weights under).
 
     Examples:
         >>> import numpy as np
@@ -73,6 +67,16 @@ class RotaryDecoderBlock(keras.layers.Layer):
         Touvron et al., "LLaMA: Open and Efficient Foundation Language
         Models", 2023.
     """
+
+    # Files of this block store its weights under these names.
+    SUBLAYERS = {
+        "self_attention_norm": ("attention_norm",) * 2,
+        "self_attention": ("attention",) * 2,
+        "feedforward_norm": ("feedforward_norm",) * 2,
+        "feedforward": ("feedforward",) * 2,
+        "self_attention_dropout": ("attention_dropout",) * 2,
+        "feedforward_dropout": ("feedforward_dropout",) * 2,
+    }
 
     def __init__(
         self,
@@ -90,76 +94,33 @@ class RotaryDecoderBlock(keras.layers.Layer):
         kernel_initializer="glorot_uniform",
         **kwargs,
     ):
-        super().__init__(**kwargs)
-        validation.check_positive_int("num_heads", num_heads)
-        validation.check_positive_int("intermediate_dim", intermediate_dim)
         validation.check_positive_int("head_dim", head_dim, allow_none=True)
         validation.check_positive_number("layer_norm_epsilon", layer_norm_epsilon)
-        validation.check_rate("dropout", dropout)
-        self.num_heads = num_heads
-        self.intermediate_dim = intermediate_dim
-        self.num_key_value_heads = num_key_value_heads
-        self.head_dim = head_dim
-        self.rope_theta = rope_theta
-        self.rope_scaling = rope_scaling
-        self.sliding_window = sliding_window
-        self.attention_bias = attention_bias
-        self.layer_norm_epsilon = layer_norm_epsilon
-        self.dropout = dropout
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.supports_masking = True
-        check_rotary_attention_arguments(
+        super().__init__(
             num_heads,
-            num_key_value_heads,
-            rope_theta,
-            rope_scaling,
-            sliding_window,
-            attention_bias,
+            intermediate_dim,
+            dropout=dropout,
+            activation="silu",
+            normalize_first=True,
+            layer_norm_epsilon=layer_norm_epsilon,
+            cross_attention=False,
+            key_dim=head_dim,
+            kernel_initializer=kernel_initializer,
+            norm="rms",
+            feedforward="gated",
+            use_bias=False,
+            positions="rotary",
+            num_key_value_heads=num_key_value_heads,
+            rope_theta=rope_theta,
+            rope_scaling=rope_scaling,
+            sliding_window=sliding_window,
+            attention_bias=attention_bias,
+            **kwargs,
         )
+        self.head_dim = head_dim
 
     def build(self, inputs_shape):
-        validation.check_rank("inputs", inputs_shape, 3)
-        hidden_dim = inputs_shape[-1]
-        head_dim = self.head_dim
-        if head_dim is None:
-            if hidden_dim % self.num_heads:
-                raise ValueError(
-                    "The hidden size must be divisible by `num_heads` when "
-                    f"`head_dim` is not given. Received: hidden size {hidden_dim}, "
-                    f"num_heads={self.num_heads}"
-                )
-            head_dim = hidden_dim // self.num_heads
-        self.attention_norm = self._norm("attention_norm", inputs_shape)
-        self.attention = RotaryAttention(
-            self.num_heads,
-            head_dim,
-            num_key_value_heads=self.num_key_value_heads,
-            rope_theta=self.rope_theta,
-            rope_scaling=self.rope_scaling,
-            sliding_window=self.sliding_window,
-            attention_bias=self.attention_bias,
-            dropout=self.dropout,
-            output_dim=hidden_dim,
-            kernel_initializer=self._initializer(),
-            dtype=self.dtype_policy,
-            name="attention",
-        )
-        self.attention.build(inputs_shape)
-        self.feedforward_norm = self._norm("feedforward_norm", inputs_shape)
-        self.feedforward = GatedFeedForward(
-            self.intermediate_dim,
-            kernel_initializer=self._initializer(),
-            dtype=self.dtype_policy,
-            name="feedforward",
-        )
-        self.feedforward.build(inputs_shape)
-        self.attention_dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="attention_dropout"
-        )
-        self.feedforward_dropout = keras.layers.Dropout(
-            self.dropout, dtype=self.dtype_policy, name="feedforward_dropout"
-        )
-        self.built = True
+        super().build(inputs_shape)
 
     def call(
         self,
@@ -169,55 +130,21 @@ class RotaryDecoderBlock(keras.layers.Layer):
         self_attention_cache=None,
         self_attention_cache_update_index=None,
     ):
-        use_cache = self_attention_cache is not None
-        check_block_inputs(inputs, padding_mask)
-        if padding_mask is None:
-            padding_mask = keras_mask(inputs)
-        h = self.attention_norm(inputs)
-        if use_cache:
-            h, self_attention_cache = self.attention(
-                h,
-                use_causal_mask=True,
-                training=training,
-                cache=self_attention_cache,
-                cache_update_index=(
-                    0
-                    if self_attention_cache_update_index is None
-                    else self_attention_cache_update_index
-                ),
-            )
-        else:
-            h = self.attention(
-                h,
-                attention_mask=padding_attention_mask(padding_mask),
-                use_causal_mask=True,
-                training=training,
-            )
-        x = inputs + self.attention_dropout(h, training=training)
-        h = self.feedforward(self.feedforward_norm(x))
-        x = x + self.feedforward_dropout(h, training=training)
-        return (x, self_attention_cache) if use_cache else x
+        return super().call(
+            inputs,
+            padding_mask=padding_mask,
+            training=training,
+            self_attention_cache=self_attention_cache,
+            self_attention_cache_update_index=self_attention_cache_update_index,
+        )
 
     @property
     def self_attention_layer(self):
         """The attention, by the name decoding's `empty_caches` asks for."""
         return self.attention
 
-    def _norm(self, name, inputs_shape):
-        norm = RMSNormalization(
-            self.layer_norm_epsilon, dtype=self.dtype_policy, name=name
-        )
-        norm.build(inputs_shape)
-        return norm
-
-    def _initializer(self):
-        # A fresh initializer object per sublayer, so no two share a seed.
-        return keras.initializers.get(
-            keras.initializers.serialize(self.kernel_initializer)
-        )
-
     def get_config(self):
-        config = super().get_config()
+        config = keras.layers.Layer.get_config(self)
         config.update(
             {
                 "num_heads": self.num_heads,
@@ -236,6 +163,3 @@ class RotaryDecoderBlock(keras.layers.Layer):
             }
         )
         return config
-
-    def compute_output_shape(self, inputs_shape, *args, **kwargs):
-        return inputs_shape

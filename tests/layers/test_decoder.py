@@ -208,3 +208,112 @@ def test_bad_arguments():
     gpt_block = kt.layers.TransformerDecoderBlock(2, 16, cross_attention=False)
     with pytest.raises(ValueError, match="padding_mask.*\\(1, 3\\)"):
         gpt_block(rand(1, 3, 8), padding_mask=np.ones((1, 4), bool))
+
+
+# T5's decoder block, as options: RMS before each sub-block, no biases, no
+# score scaling, an additive position bias, cross-attention, dense ReLU.
+T5_OPTIONS = dict(
+    normalize_first=True, norm="rms", use_bias=False, scale=1.0,
+    positions="bias", dropout=0.0,
+)  # fmt: skip
+
+
+def np_rms(x, scale, epsilon=1e-6):
+    return x / np.sqrt((x**2).mean(-1, keepdims=True) + epsilon) * scale
+
+
+def test_rms_block_with_cross_attention_and_position_bias_matches_numpy():
+    block = kt.layers.TransformerDecoderBlock(2, 16, **T5_OPTIONS)
+    x, context = rand(2, 4, 8), rand(2, 3, 8, seed=1)
+    bias = rand(1, 2, 4, 4, seed=2)
+    actual = to_numpy(block(x, context, position_bias=bias))
+
+    def attend(layer, q_in, kv_in, mask, bias=0.0):
+        w = [
+            to_numpy(v)
+            for v in (
+                layer.query_dense.kernel,
+                layer.key_dense.kernel,
+                layer.value_dense.kernel,
+                layer.output_dense.kernel,
+            )
+        ]
+        q, k, v = (
+            np.einsum("bte,ehd->bhtd", a, k_)
+            for a, k_ in [(q_in, w[0]), (kv_in, w[1]), (kv_in, w[2])]
+        )
+        scores = np.einsum("bhtd,bhsd->bhts", q, k) + bias  # scale 1
+        scores = np.where(mask, scores, -1e9)
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        return np.einsum("bhts,bhsd,hde->bte", p, v, w[3])
+
+    assert block.self_attention_layer.query_dense.bias is None  # use_bias=False
+    norms = [
+        to_numpy(block.sublayer(f"{r}_norm").scale)
+        for r in ("self_attention", "cross_attention", "feedforward")
+    ]
+    causal = np.tril(np.ones((4, 4), bool))
+    h = np_rms(x, norms[0])
+    x1 = x + attend(block.self_attention_layer, h, h, causal, bias)
+    h = np_rms(x1, norms[1])
+    x2 = x1 + attend(block.cross_attention_layer, h, context, np.ones((4, 3), bool))
+    hidden = np.maximum(
+        np_rms(x2, norms[2]) @ to_numpy(block.feedforward_intermediate_dense.kernel), 0
+    )
+    expected = x2 + hidden @ to_numpy(block.feedforward_output_dense.kernel)
+    np.testing.assert_allclose(actual, expected, atol=2e-5)  # fmt: skip
+
+
+def test_position_bias_block_cached_decoding_equals_full_pass():
+    block = kt.layers.TransformerDecoderBlock(
+        2, 16, feedforward="gated", activation="gelu", **T5_OPTIONS
+    )
+    x, context = rand(2, 5, 8), rand(2, 3, 8, seed=1)
+    bias = rand(1, 2, 5, 5, seed=2)
+    full = to_numpy(block(x, context, position_bias=bias))
+    cache = np.zeros((2, 2, 5, 2, 4), "float32")
+    cross_cache = block.compute_cross_attention_cache(context)
+    pieces, start = [], 0
+    for stop in (2, 3, 4, 5):  # the bias's rows of these queries
+        outputs = block(
+            x[:, start:stop],
+            self_attention_cache=cache,
+            self_attention_cache_update_index=start,
+            cross_attention_cache=cross_cache,
+            position_bias=bias[:, :, start:stop],
+        )
+        pieces.append(to_numpy(outputs[0]))
+        cache, start = outputs[1], stop
+    np.testing.assert_allclose(np.concatenate(pieces, axis=1), full, atol=1e-5)
+    assert isinstance(block.feedforward, kt.layers.GatedFeedForward)
+
+
+def test_composed_block_config_round_trip_and_saving(tmp_path):
+    block = kt.layers.TransformerDecoderBlock(
+        2, 16, feedforward="gated", activation="gelu", num_key_value_heads=1,
+        **T5_OPTIONS,
+    )  # fmt: skip
+    config = block.get_config()
+    assert {k: config[k] for k in ("norm", "feedforward", "positions", "scale")} == {
+        "norm": "rms", "feedforward": "gated", "positions": "bias", "scale": 1.0
+    }  # fmt: skip
+    # Options left at their defaults are not written: configs read before
+    # are unchanged.
+    plain = kt.layers.TransformerDecoderBlock(2, 16).get_config()
+    assert not {"norm", "feedforward", "positions", "use_bias", "scale"} & set(plain)
+    inputs, context = keras.Input((4, 8)), keras.Input((3, 8))
+    model = keras.Model([inputs, context], block(inputs, context))
+    run_model_saving_test(model, [rand(2, 4, 8), rand(2, 3, 8, seed=1)], tmp_path)
+
+
+def test_bad_composition_options():
+    for name, value in [
+        ("norm", "batch"),
+        ("feedforward", "moe"),
+        ("positions", "alibi"),
+    ]:
+        with pytest.raises(ValueError, match=f"{name}.*{value}"):
+            kt.layers.TransformerDecoderBlock(2, 16, **{name: value})
+    with pytest.raises(ValueError, match="use_bias"):
+        kt.layers.TransformerDecoderBlock(2, 16, use_bias="no")
