@@ -249,7 +249,7 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
     def run(sentences):
         source = source_tokenizer.tokenize(sentences)
         source = source_tokenizer.truncate(source, source_limit)
-        source = source.to_tensor(shape=[None, source_limit])  # (B, S), 0-padded
+        source = model.pad_source(source.to_tensor(), source_limit)  # (B, S)
         batch = tf.shape(source)[0]
         tokens = tf.pad(tf.fill([batch, 1], start_id), [[0, 0], [0, limit - 1]])
         tokens = decode(
@@ -262,7 +262,7 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
         )
         tokens = tokens[:, 1:]
         tokens = tf.where(loop.is_end(tokens, end_id), 0, tokens)
-        empty = tf.reduce_all(source == 0, axis=1)
+        empty = tf.logical_not(tf.reduce_any(model.source_mask(source), axis=1))
         tokens = tf.where(empty[:, None], 0, tokens)
         return {
             output_name: target_tokenizer.detokenize(tokens, skip_special_tokens=True)

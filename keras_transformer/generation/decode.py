@@ -56,10 +56,11 @@ def generate(
         inputs: GPT: int token ids `(B, P)`, 0-padded on the right (prompts of
             different lengths are fine; each needs at least one token).
             seq2seq: `{"encoder_token_ids": (B, S), "decoder_token_ids":
-            (B, P)}`, the decoder ids usually a start token; a model with a
-            `decoder_start_token_id` (an imported Marian or BART) may be
-            given `encoder_token_ids` alone. An imported model's own
-            settings are `**model.generation_config`.
+            (B, P)}` (the source under the model's `source_name`, as its
+            `check_source` takes it), the decoder ids usually a start
+            token; a model with a `decoder_start_token_id` (an imported
+            Marian or BART) may be given `encoder_token_ids` alone. An
+            imported model's own settings are `**model.generation_config`.
         max_new_tokens: how many tokens to add after the prompt.
         sampler: `"greedy"`, `"temperature"`, `"top_k"`, `"top_p"`, `"beam"`,
             or a `Sampler` instance.
@@ -163,11 +164,6 @@ def check_request(model, inputs, max_new_tokens, sampler, end_token_id, seed, ro
             f"`max_new_tokens` ({max_new_tokens}) "
             f"is {total}, beyond the model's max_sequence_length ({limit})."
         )
-    if source is not None and source.shape[1] > limit:
-        raise ValueError(
-            f"`inputs['encoder_token_ids']` has length {source.shape[1]}, beyond "
-            f"the model's max_sequence_length ({limit})."
-        )
     lengths = np.sum(prompt != 0, axis=1)
     if np.any(lengths == 0):
         raise ValueError(
@@ -179,8 +175,10 @@ def check_request(model, inputs, max_new_tokens, sampler, end_token_id, seed, ro
     length = min(limit, -(-(total + room) // BUCKET) * BUCKET)
     tokens = np.zeros((batch, length), "int32")
     tokens[:, :prompt_length] = prompt
-    if source is not None:
-        source = _pad(source, min(limit, -(-source.shape[1] // BUCKET) * BUCKET))
+    if source is not None:  # the model pads its own kind of source
+        source = np.asarray(
+            model.pad_source(source, -(-source.shape[1] // BUCKET) * BUCKET)
+        )
     else:
         source = np.zeros((batch, 1), "int32")
     seed = np.random.default_rng().integers(2**31) if seed is None else seed
@@ -267,10 +265,10 @@ def decode_function(model, sampler, use_cache=True):
         use_cache: decode with the KV cache (False recomputes the prefix).
 
     Returns:
-        A function `(tokens (B, L), source (B, S), start, stop, end_token_id,
+        A function `(tokens (B, L), source, start, stop, end_token_id,
         seed (2,)) -> tokens (B, L)` that fills `tokens[:, start:stop]`;
-        `source` is ignored by a decoder-only model, `end_token_id` is -1 for
-        none.
+        `source` (`(B, S)` ids, or what the model's `pad_source` gives) is
+        ignored by a decoder-only model, `end_token_id` is -1 for none.
     """
     check_generative(model, "model")
     beams = sampler.num_rows  # rows per prompt: beam search's beams
@@ -365,9 +363,3 @@ def _check_speculation(
     num_tokens = 4 if num_tokens is None else num_tokens
     validation.check_positive_int("num_speculative_tokens", num_tokens)
     return {"num_tokens": num_tokens, "draft_model": draft_model}
-
-
-def _pad(ids, length):
-    padded = np.zeros((ids.shape[0], length), "int32")
-    padded[:, : ids.shape[1]] = ids
-    return padded

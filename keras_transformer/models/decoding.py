@@ -9,8 +9,12 @@ or a `Seq2SeqLM` (encoder-decoder, like `Seq2Seq`) for
   `decoder_vocabulary_size` of a `Seq2SeqLM`);
 - `generation_inputs(inputs)`: the checked numpy `(prompt, source)` of a
   `generate` call (`source` is None for a decoder-only model);
+- for a `Seq2SeqLM`, `pad_source(source, length)`: the checked source
+  padded for the decode loop (to `length`, a multiple of the loop's bucket,
+  unless the model needs its own length), in numpy or in a graph;
+  `source_mask(source)`: bool, True where the decoder may attend;
 - `start_decoding(tokens, source, use_cache)`: the decoding state after
-  reading the prompt buffer `tokens` `(B, L)` (and the `source` `(B, S)`):
+  reading the prompt buffer `tokens` `(B, L)` (and the padded `source`):
   filled KV caches, or what an uncached step needs;
 - `next_logits(tokens, state, index, use_cache)`: float logits `(B, V)` for
   position `index` given the tokens before it, and the updated state;
@@ -25,15 +29,26 @@ or a `Seq2SeqLM` (encoder-decoder, like `Seq2Seq`) for
   loop's state, so beam search does not reorder it. By default all of it
   varies.
 
-A new family subclasses one of the two, builds its functional graph in
-`__init__`, and implements the last two methods with its own forward pass.
-A decoder-only family whose forward pass is one method,
-`_forward(token_ids, caches=None, index=None) -> (logits, caches or
-None)`, over self-attention `blocks` (as `GPT2` and `Llama`), inherits all
-three decoding methods from `CausalLM` instead.
+A state is a `tf.nest` structure of tensors (lists, tuples, NamedTuples;
+an absent part is `()`, never None, so that loops can carry it).
 
-Shape legend: B batch, L buffer length, S source length, H heads, D head size.
+Decoding is written once per kind of model, over the forward pass a family
+writes. A decoder-only family writes `_forward(token_ids, caches=None,
+index=None) -> (logits, caches or None)` over self-attention `blocks` (as
+`GPT2` and `Llama`) and inherits the decoding methods from `CausalLM`. An
+encoder-decoder family writes `encode(source) -> context` and
+`_decode(decoder_token_ids, context, context_mask, caches=None, index=None,
+cross_caches=None) -> (logits, caches or None)` over `decoder_blocks` (as
+`Seq2Seq`) and inherits them from `Seq2SeqLM`, with a `Seq2SeqState`; its
+source (token ids by default; audio frames, image patches) is checked,
+padded and masked by hooks it may override, so `generation/` and `export/`
+never change for a family.
+
+Shape legend: B batch, L buffer length, S source length, H heads, D head size,
+E hidden size.
 """
+
+from typing import NamedTuple
 
 import keras
 import numpy as np
@@ -100,13 +115,45 @@ class CausalLM(DecodingStateMixin, keras.Model):
         )
 
 
-class Seq2SeqLM(DecodingStateMixin, keras.Model):
-    """Base of encoder-decoder models: `{"encoder_token_ids",
-    "decoder_token_ids"}` in, decoder logits out.
+class Seq2SeqState(NamedTuple):
+    """The decoding state of a `Seq2SeqLM`; a part not in use is `()`.
 
-    Subclasses set `max_sequence_length` and the properties
-    `encoder_vocabulary_size` and `decoder_vocabulary_size`, and implement
-    `start_decoding` and `next_logits` (see the module docstring).
+    Cached decoding keeps `caches` (one self-attention cache `(B, 2, L, H,
+    D)` per decoder block: the only part that changes, and beam search's to
+    reorder), `cross_caches` (what each block reads from the context) and
+    `context_mask`. Uncached decoding keeps the `context` `(B, S, E)` and
+    `context_mask`.
+    """
+
+    caches: list | tuple = ()
+    cross_caches: list | tuple = ()
+    context: object = ()
+    context_mask: object = ()
+
+
+class Seq2SeqLM(keras.Model):
+    """Base of encoder-decoder models: a source and decoder token ids in,
+    decoder logits out.
+
+    Subclasses set `max_sequence_length` and the property
+    `decoder_vocabulary_size`, and write two hooks over their layers:
+
+    - `encode(source) -> context (B, S, E)`;
+    - `_decode(decoder_token_ids, context, context_mask, caches=None,
+      index=None, cross_caches=None) -> (logits (B, T, V), caches or None)`:
+      without `caches`, the decoder over `context`; with `caches` (one
+      self-attention cache per block of `decoder_blocks`, `index` the
+      position of `decoder_token_ids[:, 0]`), one cached pass that reads
+      `cross_caches` instead of `context` (then None) and returns the
+      updated caches.
+
+    The decoding methods (`start_decoding`, `next_logits`, the split of a
+    `Seq2SeqState`) are written here once over those hooks. The source
+    goes through hooks whose defaults take int token ids (`source_name`
+    `"encoder_token_ids"`, `encoder_vocabulary_size`); a family with another
+    source (audio frames, image patches) overrides `check_source`,
+    `pad_source` and `source_mask`, and `cross_attention_caches` if its
+    decoder blocks read the context otherwise.
 
     Examples:
         >>> import keras_transformer as kt
@@ -116,36 +163,28 @@ class Seq2SeqLM(DecodingStateMixin, keras.Model):
         (True, 9)
     """
 
+    source_name = "encoder_token_ids"  # the source's key in `generate`'s inputs
+
     @property
     def output_vocabulary_size(self):
         """The ids the model generates: its `decoder_vocabulary_size`."""
         return self.decoder_vocabulary_size
 
     def generation_inputs(self, inputs):
+        name = self.source_name
         start = getattr(self, "decoder_start_token_id", None)
-        if (
-            isinstance(inputs, dict)
-            and set(inputs) == {"encoder_token_ids"}
-            and start is not None
-        ):
+        if isinstance(inputs, dict) and set(inputs) == {name} and start is not None:
             # The model knows its decoder start token: one per source row.
-            source = np.asarray(inputs["encoder_token_ids"])
-            rows = source.shape[0] if source.ndim == 2 else 0
+            source = np.asarray(inputs[name])
+            rows = len(source) if source.ndim else 0
             inputs = {**inputs, "decoder_token_ids": np.full((rows, 1), start)}
-        if not isinstance(inputs, dict) or set(inputs) != {
-            "encoder_token_ids",
-            "decoder_token_ids",
-        }:
+        if not isinstance(inputs, dict) or set(inputs) != {name, "decoder_token_ids"}:
             raise ValueError(
-                "For a seq2seq model, `inputs` must be a dict with 'encoder_token_ids' "
-                "and 'decoder_token_ids' ('encoder_token_ids' alone if the model has "
+                f"For a seq2seq model, `inputs` must be a dict with {name!r} "
+                f"and 'decoder_token_ids' ({name!r} alone if the model has "
                 f"a decoder_start_token_id). Received: {_describe(inputs)}"
             )
-        source = token_ids(
-            "inputs['encoder_token_ids']",
-            inputs["encoder_token_ids"],
-            self.encoder_vocabulary_size,
-        )
+        source = self.check_source(inputs[name])
         prompt = token_ids(
             "inputs['decoder_token_ids']",
             inputs["decoder_token_ids"],
@@ -153,11 +192,91 @@ class Seq2SeqLM(DecodingStateMixin, keras.Model):
         )
         return prompt, source
 
+    def check_source(self, source):
+        """The source of a `generate` call, checked, as a numpy array: by
+        default int token ids `(B, S)` of the encoder's vocabulary, at most
+        `max_sequence_length` long."""
+        name = f"inputs[{self.source_name!r}]"
+        ids = token_ids(name, source, self.encoder_vocabulary_size)
+        if ids.shape[1] > self.max_sequence_length:
+            raise ValueError(
+                f"`{name}` has length {ids.shape[1]}, beyond the model's "
+                f"max_sequence_length ({self.max_sequence_length})."
+            )
+        return ids
+
+    def pad_source(self, source, length):
+        """The checked `source` padded for decoding to about `length` (a
+        numpy array, or a tensor in graph code): by default int32 ids
+        zero-padded to `min(length, max_sequence_length)`."""
+        length = min(length, self.max_sequence_length)
+        padding = [[0, 0], [0, length - ops.shape(source)[1]]]
+        padded = ops.pad(ops.cast(source, "int32"), padding)
+        return ops.reshape(padded, (ops.shape(source)[0], length))  # (B, S)
+
+    def source_mask(self, source):
+        """Bool, True at the context positions the decoder may attend to:
+        by default the source's non-padding ids."""
+        return ops.not_equal(source, 0)
+
+    def cross_attention_caches(self, context):
+        """What each decoder block reads from `context` at every step."""
+        return [b.compute_cross_attention_cache(context) for b in self.decoder_blocks]
+
     def start_decoding(self, tokens, source, use_cache):
-        raise NotImplementedError
+        context = self.encode(source)
+        context_mask = self.source_mask(source)
+        if not use_cache:
+            return Seq2SeqState(context=context, context_mask=context_mask)
+        cross = self.cross_attention_caches(context)
+        _, caches = self._decode(
+            tokens,
+            None,
+            context_mask,
+            caches=empty_caches(self.decoder_blocks, tokens),
+            index=0,
+            cross_caches=cross,
+        )  # prefilled with the whole prompt buffer
+        return Seq2SeqState(caches, cross, context_mask=context_mask)
 
     def next_logits(self, tokens, state, index, use_cache):
-        raise NotImplementedError
+        if not use_cache:
+            logits, _ = self._decode(tokens, state.context, state.context_mask)
+            return logits[:, index - 1], state
+        logits, caches = self._decode(
+            tokens[:, index - 1][:, None],  # (B, 1)
+            None,
+            state.context_mask,
+            caches=state.caches,
+            index=index - 1,
+            cross_caches=state.cross_caches,
+        )
+        return logits[:, 0], state._replace(caches=caches)
+
+    def split_decoding_state(self, state):
+        # Only the self-attention caches change (() when uncached).
+        return state.caches, state._replace(caches=())
+
+    def join_decoding_state(self, varying, fixed):
+        return fixed._replace(caches=varying)
+
+    def encode(self, source):
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement `encode` and `_decode`."
+        )
+
+    def _decode(
+        self,
+        decoder_token_ids,
+        context,
+        context_mask,
+        caches=None,
+        index=None,
+        cross_caches=None,
+    ):
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement `encode` and `_decode`."
+        )
 
 
 def empty_caches(blocks, tokens):

@@ -5,7 +5,6 @@ V target vocabulary size.
 """
 
 import keras
-from keras import ops
 
 from keras_transformer import _validation as validation
 from keras_transformer.layers import (
@@ -22,7 +21,7 @@ from keras_transformer.models.base import (
     constructor_arguments,
     preset_factory,
 )
-from keras_transformer.models.decoding import Seq2SeqLM, empty_caches
+from keras_transformer.models.decoding import Seq2SeqLM
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -283,6 +282,25 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         `compute_cross_attention_cache`), it runs one cached step. Returns
         `(logits (B, T, V), caches or None)`.
         """
+        return self._decode(
+            decoder_token_ids,
+            context,
+            context_padding_mask,
+            caches,
+            index,
+            cross_caches,
+        )
+
+    def _decode(
+        self,
+        decoder_token_ids,
+        context,
+        context_mask,
+        caches=None,
+        index=None,
+        cross_caches=None,
+    ):
+        # The hook of `kt.models.Seq2SeqLM`; `decode` is its public form.
         start = 0 if index is None else index
         y = self.decoder_embeddings(decoder_token_ids, start_index=start)  # (B, T, E)
         if self.decoder_embeddings_layer_norm is not None:
@@ -291,11 +309,11 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         updated = []
         for i, block in enumerate(self.decoder_blocks):
             if caches is None:
-                y = block(y, context, context_padding_mask=context_padding_mask)
+                y = block(y, context, context_padding_mask=context_mask)
             else:
                 y, cache = block(
                     y,
-                    context_padding_mask=context_padding_mask,
+                    context_padding_mask=context_mask,
                     self_attention_cache=caches[i],
                     self_attention_cache_update_index=start,
                     cross_attention_cache=cross_caches[i],
@@ -309,48 +327,6 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
             logits = self.output_bias(logits)
         logits = exclude_padding_logit(logits)  # id 0 is padding, not a token
         return logits, (updated if caches is not None else None)
-
-    def start_decoding(self, tokens, source, use_cache):
-        context = self.encode(source)
-        context_mask = ops.not_equal(source, 0)
-        if not use_cache:
-            return (context, context_mask)
-        cross = [b.compute_cross_attention_cache(context) for b in self.decoder_blocks]
-        _, caches = self.decode(
-            tokens,
-            caches=empty_caches(self.decoder_blocks, tokens),
-            index=0,
-            cross_caches=cross,
-            context_padding_mask=context_mask,
-        )
-        return (caches, cross, context_mask)
-
-    def split_decoding_state(self, state):
-        # Cached: (self-attention caches, cross caches, source mask); only the
-        # first changes. Uncached: (encoder output, source mask), fixed.
-        if len(state) == 3:
-            return state[0], {"cross": state[1], "mask": state[2]}
-        return (), {"context": state[0], "mask": state[1]}
-
-    def join_decoding_state(self, varying, fixed):
-        if "cross" in fixed:
-            return (varying, fixed["cross"], fixed["mask"])
-        return (fixed["context"], fixed["mask"])
-
-    def next_logits(self, tokens, state, index, use_cache):
-        if not use_cache:
-            context, context_mask = state
-            logits, _ = self.decode(tokens, context, context_padding_mask=context_mask)
-            return logits[:, index - 1], state
-        caches, cross, context_mask = state
-        logits, caches = self.decode(
-            tokens[:, index - 1][:, None],  # (B, 1)
-            caches=caches,
-            index=index - 1,
-            cross_caches=cross,
-            context_padding_mask=context_mask,
-        )
-        return logits[:, 0], (caches, cross, context_mask)
 
 
 @preset_factory(Seq2Seq)

@@ -1,5 +1,6 @@
 """Seq2seq tasks: `Translator` (sentences in, translations out) and
-`Summarizer` (documents in, summaries out), over a `kt.models.Seq2Seq`.
+`Summarizer` (documents in, summaries out), over a `kt.models.Seq2SeqLM`
+(such as `kt.models.Seq2Seq`).
 
 Both decode as `kt.export.export_translator` does, so a task and its
 export give the same text: each text is tokenized and cut to the model's
@@ -23,7 +24,7 @@ from keras_transformer import _validation as validation
 from keras_transformer.export import export_summarizer, export_translator, savedmodel
 from keras_transformer.export.translator import NOT_SAMPLER_OPTIONS
 from keras_transformer.generation import Sampler, generate
-from keras_transformer.models import Seq2Seq
+from keras_transformer.models import Seq2SeqLM
 from keras_transformer.tasks import inputs
 from keras_transformer.tasks.base import Task
 from keras_transformer.text import checks, pack_seq2seq, translation_dataset
@@ -44,7 +45,7 @@ class Seq2SeqTask(Task):
     text pairs. Subclasses provide `source_tokenizer` and `target_tokenizer`.
     """
 
-    model_classes = (Seq2Seq,)
+    model_classes = (Seq2SeqLM,)
 
     def _generate(self, name, texts, max_new_tokens, sampler, seed, sampler_args):
         """The decoded texts of `texts` (the argument `name`): a str for a
@@ -59,7 +60,7 @@ class Seq2SeqTask(Task):
         if empty.all():
             return "" if single else [""] * len(strings)
         start = np.full((len(rows), 1), self._start_id(), "int32")
-        ids = {"encoder_token_ids": inputs.pad(rows), "decoder_token_ids": start}
+        ids = {self.model.source_name: inputs.pad(rows), "decoder_token_ids": start}
         tokens = generate(self.model, ids, seed=seed, **options)[:, 1:]
         ends = np.reshape(options["end_token_id"], [-1])  # one id or several
         tokens = np.where(np.isin(tokens, ends), 0, tokens)
@@ -190,7 +191,7 @@ class Translator(Seq2SeqTask):
     """A seq2seq model and its tokenizers: sentences in, translations out.
 
     Args:
-        model: a `kt.models.Seq2Seq`.
+        model: a `kt.models.Seq2SeqLM` (such as `kt.models.Seq2Seq`).
         source_tokenizer: the `kt.text` tokenizer of the source language.
         target_tokenizer: the tokenizer of the target language; None: the
             source's. Without the model's `decoder_start_token_id` and
@@ -282,7 +283,7 @@ class Summarizer(Seq2SeqTask):
     summaries (an imported BART's, with its beam search settings).
 
     Args:
-        model: a `kt.models.Seq2Seq`.
+        model: a `kt.models.Seq2SeqLM` (such as `kt.models.Seq2Seq`).
         tokenizer: the `kt.text` tokenizer of documents and summaries.
         **kwargs: base `keras.Model` arguments (`name`).
 

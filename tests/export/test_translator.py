@@ -5,6 +5,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras import ops
 
 import keras_transformer as kt
 from tests.helpers import run_export_test, spread_weights
@@ -34,9 +35,9 @@ def tokenizers():
     )
 
 
-def make_model(source, target):
+def make_model(source, target, model_class=kt.models.Seq2Seq):
     keras.utils.set_random_seed(0)
-    model = kt.models.seq2seq(
+    model = model_class(
         source.vocabulary_size(),
         num_layers=1,
         num_heads=2,
@@ -133,6 +134,29 @@ def test_beam_search_export_equals_generate_with_beams(tmp_path):
     beams = expected(model, source, target, sentences, 10, sampler="beam", num_beams=3)
     assert out == beams
     assert beams != expected(model, source, target, sentences, 10)  # not greedy
+
+
+class AttendsToPadding(kt.models.Seq2Seq):
+    """A source hook the exporter must ask: no source position is padding."""
+
+    def source_mask(self, source):
+        return ops.ones_like(source, "bool")
+
+
+@pytest.mark.slow
+def test_the_export_asks_the_model_for_its_source_mask(tmp_path):
+    source, target = tokenizers()
+    model = make_model(source, target, AttendsToPadding)
+    path = kt.export.export_translator(
+        model, source, target, tmp_path / "mask", max_new_tokens=10
+    )
+    translate = tf.saved_model.load(path).signatures["translate"]
+    sentences = SENTENCES[:8]
+    out = translate(sentences=tf.constant(sentences))["translation"].numpy().tolist()
+    assert out[1:] == expected(model, source, target, sentences, 10)[1:]
+    plain = expected(make_model(source, target), source, target, sentences, 10)
+    assert out[1:] != plain[1:]  # it attends to the padding
+    assert out[0] != b""  # "" has no padding to this model: it is translated
 
 
 def test_custom_start_and_end_tokens(tmp_path):

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from keras_transformer.models.decoding import Seq2SeqState
 from tests.helpers import np_layer_norm, run_model_saving_test, to_numpy
 
 VOCAB, START, END = 14, 1, 2
@@ -187,3 +188,28 @@ def test_bad_pretrained_options():
         small(num_decoder_layers=0)
     with pytest.raises(ValueError, match="'encoder_token_ids' alone"):
         kt.generation.generate(small(), {"encoder_token_ids": SOURCE}, 3)
+
+
+def test_decoding_state_is_named_and_the_source_hooks_take_ids():
+    model = small()
+    source = np.asarray(model.pad_source(SOURCE, 32))  # capped at the model's 10
+    assert source.dtype == np.int32
+    np.testing.assert_array_equal(source, np.pad(SOURCE, [(0, 0), (0, 6)]))
+    tokens = np.pad(DECODER, [(0, 0), (0, 7)]).astype("int32")  # (B, L=10)
+    state = model.start_decoding(tokens, source, use_cache=True)
+    assert isinstance(state, Seq2SeqState) and state.context == ()
+    np.testing.assert_array_equal(state.context_mask, source != 0)
+    varying, fixed = model.split_decoding_state(state)
+    assert varying is state.caches and len(varying) == len(fixed.cross_caches) == 1
+    # A cached step at index 3 reads position 2: the model's last logits.
+    logits, state = model.next_logits(tokens, state, 3, use_cache=True)
+    assert isinstance(state, Seq2SeqState)
+    np.testing.assert_allclose(
+        to_numpy(logits), to_numpy(model(INPUTS))[:, 2], atol=1e-5
+    )
+    uncached = model.start_decoding(tokens, source, use_cache=False)
+    assert uncached.caches == uncached.cross_caches == ()
+    with pytest.raises(ValueError, match=r"has length 11, beyond .* \(10\)"):
+        kt.generation.generate(
+            model, {**INPUTS, "encoder_token_ids": np.ones((2, 11), "int32")}, 2
+        )
