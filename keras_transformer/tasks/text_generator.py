@@ -10,7 +10,6 @@ import numpy as np
 
 from keras_transformer import _validation as validation
 from keras_transformer.export import export_text_generator
-from keras_transformer.generation import get_sampler
 from keras_transformer.generation.stream import (
     CHUNK_SIZE,
     PIECE_SECONDS,
@@ -20,6 +19,7 @@ from keras_transformer.models import CausalLM
 from keras_transformer.tasks import generation_settings as settings
 from keras_transformer.tasks import inputs, text_stream
 from keras_transformer.tasks.base import Task
+from keras_transformer.tasks.generation_request import GenerationRequest
 from keras_transformer.text import causal_lm_dataset
 from keras_transformer.training import (
     MaskedAccuracy,
@@ -28,13 +28,6 @@ from keras_transformer.training import (
 
 # Tokens that end a document, in the order they are looked for.
 END_TOKENS = ("<|endoftext|>", "[END]")
-# `generate` keywords that decode otherwise than the one-token loop.
-SPECULATIVE = (
-    "draft_model",
-    "num_speculative_tokens",
-    "prompt_lookup_num_tokens",
-    "prompt_lookup_max_ngram_size",
-)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -158,92 +151,47 @@ class TextGenerator(Task):
         """
         single, texts = inputs.check_texts("prompts", prompts)
         return self._generate(
-            single, texts, None, self._end_ids(), max_new_tokens, sampler, seed,
-            stop, num_return_sequences, repetition_penalty, return_full_text,
-            stream, stream_chunk_size, sampler_args,
-        )  # fmt: skip
+            GenerationRequest.of_call(
+                self,
+                texts,
+                single=single,
+                max_new_tokens=max_new_tokens,
+                sampler=sampler,
+                seed=seed,
+                stop=stop,
+                num_return_sequences=num_return_sequences,
+                repetition_penalty=repetition_penalty,
+                return_full_text=return_full_text,
+                stream=stream,
+                stream_chunk_size=stream_chunk_size,
+                sampler_args=sampler_args,
+            )
+        )
 
-    def _generate(
-        self, single, texts, rows, ends, max_new_tokens, sampler, seed, stop,
-        num_return_sequences, repetition_penalty, return_full_text, stream,
-        stream_chunk_size, sampler_args,
-    ):  # fmt: skip
-        """`generate` of `texts`, or of the prompt ids `rows` when given,
-        ending at the ids `ends`."""
-        stops = inputs.check_stop(stop)
-        limit = self.model.max_sequence_length
-        max_new_tokens = validation.check_max_new_tokens(max_new_tokens)
-        if max_new_tokens >= limit:
-            raise ValueError(
-                f"`max_new_tokens` must be below the model's max_sequence_length "
-                f"({limit}). Received: max_new_tokens={max_new_tokens!r}"
-            )
-        validation.check_positive_int("num_return_sequences", num_return_sequences)
-        n = num_return_sequences
-        validation.check_bool("return_full_text", return_full_text)
-        validation.check_bool("stream", stream)
-        validation.check_positive_int(
-            "stream_chunk_size", stream_chunk_size, allow_none=True
-        )
-        sampler, repetition_penalty, sampler_args = settings.of_call(
-            self.generation_config, sampler, repetition_penalty, sampler_args
-        )
-        if repetition_penalty is not None:
-            sampler_args["repetition_penalty"] = repetition_penalty
-        speculative = {k: sampler_args.pop(k) for k in SPECULATIVE if k in sampler_args}
-        decoder = get_sampler(sampler, **sampler_args)
-        pieces = decoder.uses_shared_loop and not speculative
-        if stream and not pieces:
-            raise ValueError(
-                "`stream=True` decodes with the greedy, temperature, top_k or "
-                "top_p sampler, without speculative decoding. Received: "
-                f"stream=True with sampler={sampler!r}"
-                + (f" and {sorted(speculative)}" if speculative else "")
-            )
-        if stream and not single:
-            raise ValueError(
-                "`stream=True` streams one prompt, a string. Received: "
-                f"prompts={inputs.preview(texts)}"
-            )
-        beams = decoder.num_rows  # beam search: its beams
-        if n > 1 and decoder.is_greedy or n > beams > 1 or (n > 1 and stream):
-            raise ValueError(
-                f"`num_return_sequences` must be 1 with greedy decoding or "
-                f"streaming, and at most `num_beams` with beam search. Received: "
-                f"num_return_sequences={n!r} with sampler={sampler!r}"
-                + (f" (num_beams={beams})" if beams > 1 else "")
-                + (" and stream=True" if stream else "")
-            )
-        if beams > 1:  # beam search returns its n best beams itself
-            decoder = decoder.returning(n)
-        if rows is None:
-            rows = inputs.tokenize(self.tokenizer, texts, "prompts")
-        rows = [row[-(limit - max_new_tokens) :] for row in rows]
-        if beams == 1:
-            rows = [row for row in rows for _ in range(n)]
-        prefixes = [t for t in texts for _ in range(n)] if return_full_text else None
-        if stream:
-            return self._stream(
-                rows, ends, max_new_tokens, decoder, seed, stops,
-                stream_chunk_size, prefixes[0] if prefixes else "",
-            )  # fmt: skip
-        if pieces and stops:  # stop as soon as every text has a stop string
-            *_, (generated, _) = self._pieces(
-                rows, ends, max_new_tokens, decoder, seed, stops, stream_chunk_size
-            )
+    def _generate(self, request):
+        """The texts (or the iterator of pieces) of a `GenerationRequest`."""
+        if request.stream:
+            prefixes = request.prefixes
+            return self._stream(request, prefixes[0] if prefixes else "")
+        if request.uses_pieces and request.stops:  # stop once every text has one
+            *_, (generated, _) = self._pieces(request)
         else:
             new = text_stream.generated_ids(
-                self.model, rows, ends, max_new_tokens, decoder, seed, speculative
-            )
-            per_row = len(new) // len(rows)  # beam search: its best beams
-            prompts = [row for row in rows for _ in range(per_row)]
+                self.model, request.rows, request.ends, request.max_new_tokens,
+                request.decoder, request.seed, request.speculative,
+            )  # fmt: skip
+            per_row = len(new) // len(request.rows)  # beam search: its best beams
+            prompts = [row for row in request.rows for _ in range(per_row)]
             generated = text_stream.texts(self.tokenizer, new, prompts)
-            generated = [inputs.cut_at_stop(text, stops) for text in generated]
-        if prefixes:
-            generated = [p + g for p, g in zip(prefixes, generated, strict=True)]
+            generated = [inputs.cut_at_stop(text, request.stops) for text in generated]
+        if request.prefixes:
+            generated = [
+                p + g for p, g in zip(request.prefixes, generated, strict=True)
+            ]
+        n = request.num_return_sequences
         if n > 1:
             generated = [generated[i : i + n] for i in range(0, len(generated), n)]
-        return generated[0] if single else generated
+        return generated[0] if request.single else generated
 
     def chat(
         self, messages, max_new_tokens=256, sampler=settings.DEFAULT_SAMPLER, seed=None,
@@ -287,50 +235,65 @@ class TextGenerator(Task):
         eos = (getattr(self.tokenizer, "special_tokens_map", None) or {}).get(
             "eos_token"
         )
-        ends = self._end_ids()
+        ends = self.end_ids()
         if isinstance(eos, str) and eos in self.tokenizer.get_vocabulary():
             ends = tuple(dict.fromkeys((*ends, self.tokenizer.token_to_id(eos))))
         return self._generate(
-            True, [""], [row], ends, max_new_tokens, sampler, seed, stop, 1,
-            options.pop("repetition_penalty", None), False, stream,
-            options.pop("stream_chunk_size", None), options,
-        )  # fmt: skip
+            GenerationRequest.of_call(
+                self,
+                [""],
+                single=True,
+                rows=[row],
+                ends=ends,
+                max_new_tokens=max_new_tokens,
+                sampler=sampler,
+                seed=seed,
+                stop=stop,
+                repetition_penalty=options.pop("repetition_penalty", None),
+                stream=stream,
+                stream_chunk_size=options.pop("stream_chunk_size", None),
+                sampler_args=options,
+            )
+        )
 
-    def _end_ids(self):
+    def end_ids(self):
         """The end ids as a tuple (empty for none)."""
         ids = self.end_token_id
         return () if ids is None else (ids,) if isinstance(ids, int) else ids
 
-    def _pieces(self, rows, ends, max_new_tokens, sampler, seed, stops, chunk_size):
-        """`text_stream.run` of a chunked decoding of `rows`: yields each
-        row's text so far and whether it is finished, after every chunk."""
+    def _pieces(self, request):
+        """`text_stream.run` of a chunked decoding of the request's rows:
+        yields each row's text so far and whether it is finished, after
+        every chunk."""
+        chunk_size = request.stream_chunk_size
         decoding = ChunkedDecoding(
             self.model,
-            inputs.pad(rows),
-            max_new_tokens,
-            sampler,
-            end_token_id=list(ends) or None,
-            seed=seed,
+            inputs.pad(request.rows),
+            request.max_new_tokens,
+            request.decoder,
+            end_token_id=list(request.ends) or None,
+            seed=request.seed,
             chunk_size=chunk_size or CHUNK_SIZE,
             piece_seconds=PIECE_SECONDS if chunk_size is None else None,
         )
         self._last_decoding = decoding  # for tests: the steps it ran
         yield from text_stream.run(
-            decoding, self.tokenizer, rows, max_new_tokens, ends, stops
+            decoding,
+            self.tokenizer,
+            request.rows,
+            request.max_new_tokens,
+            request.ends,
+            request.stops,
         )
 
-    def _stream(
-        self, rows, ends, max_new_tokens, sampler, seed, stops, chunk_size, prefix
-    ):
+    def _stream(self, request, prefix):
         """The iterator of `generate(stream=True)`: the new stable text of
         the one row after each chunk (the prompt first, if `prefix`)."""
         if prefix:
             yield prefix
         sent = ""
-        for found, finished in self._pieces(
-            rows, ends, max_new_tokens, sampler, seed, stops, chunk_size
-        ):
-            text = text_stream.stable(found[0], stops, finished[0])
+        for found, finished in self._pieces(request):
+            text = text_stream.stable(found[0], request.stops, finished[0])
             if not text.startswith(sent):
                 # The text so far no longer extends what was sent: a piece
                 # already out would be wrong. Never silently stop yielding.
@@ -420,7 +383,7 @@ class TextGenerator(Task):
         if self.end_token is None:
             raise ValueError("Training on text needs an `end_token`. Received: None")
         length = sequence_length or self.model.max_sequence_length
-        separator = self.tokenizer.id_to_token(self._end_ids()[0])
+        separator = self.tokenizer.id_to_token(self.end_ids()[0])
         windows = causal_lm_dataset(
             dataset, self.tokenizer, length, batch_size, end_token=separator
         )

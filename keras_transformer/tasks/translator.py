@@ -210,7 +210,6 @@ class Translator(Seq2SeqTask):
         True
     """
 
-    architectures = ("MarianMTModel",)
     serialized_arguments = ("model", "source_tokenizer", "target_tokenizer")
 
     def __init__(self, model, source_tokenizer, target_tokenizer=None, **kwargs):
@@ -298,8 +297,6 @@ class Summarizer(Seq2SeqTask):
         >>> len(summarizer.summarize(["a document", "long"], max_new_tokens=2))
         2
     """
-
-    architectures = ("BartForConditionalGeneration",)
 
     @property
     def source_tokenizer(self):

@@ -613,3 +613,34 @@ def test_a_byte_fallback_stream_sends_whole_characters():
     assert not any("\ufffd" in piece for piece in pieces)
     assert "猫" in pieces or " 猫" in pieces  # sent once its last byte is out
     assert len(pieces) > 5
+
+
+def test_a_generation_request_is_checked_before_tokenizing(generator, monkeypatch):
+    from keras_transformer.tasks.generation_request import GenerationRequest
+
+    request = GenerationRequest.of_call(
+        generator, ["ab", "abc"], single=False, max_new_tokens=3,
+        sampler="top_k", sampler_args={"top_k": 5}, num_return_sequences=2,
+        return_full_text=True,
+        stop="x", seed=7,
+    )  # fmt: skip
+    ids = generator.tokenizer.tokenize(tf.constant(["ab", "abc"])).to_list()
+    assert [list(row) for row in request.rows] == [ids[0], ids[0], ids[1], ids[1]]
+    assert request.prefixes == ["ab", "ab", "abc", "abc"]
+    assert request.ends == generator.end_ids() and request.seed == 7
+    assert request.decoder.top_k == 5 and list(request.stops) == ["x"]
+    # A bad argument is refused before the tokenizer runs.
+    monkeypatch.setattr(
+        type(generator.tokenizer), "tokenize", lambda *a: pytest.fail("tokenized")
+    )
+    with pytest.raises(
+        ValueError, match="num_return_sequences=2 with sampler='greedy'"
+    ):
+        GenerationRequest.of_call(
+            generator,
+            ["ab"],
+            single=True,
+            max_new_tokens=3,
+            num_return_sequences=2,
+            sampler="greedy",
+        )
