@@ -132,21 +132,22 @@ class BeamSampler(Sampler):
     def __call__(
         self, next_fn, tokens, cache, start, stop, prompt_mask, end_token_id, seed
     ):
-        if self.rules == "transformers":
-            if self.num_beams == 1:  # HF decodes greedily with one beam
-                return super().__call__(
-                    next_fn, tokens, cache, start, stop, prompt_mask, end_token_id, seed
-                )
-            return beam_transformers.search(
-                self, next_fn, tokens, cache, start, stop, prompt_mask, end_token_id
+        if self.rules == "transformers" and self.num_beams == 1:
+            # HF decodes greedily with one beam.
+            return super().__call__(
+                next_fn, tokens, cache, start, stop, prompt_mask, end_token_id, seed
             )
-        return self._wu_search(
-            next_fn, tokens, cache, start, stop, prompt_mask, end_token_id
-        )
+        done = tf.zeros((tf.shape(tokens)[0],), tf.bool)
+        state = loop.DecodeState(tokens, cache, start, done)
+        spec = loop.DecodeSpec(stop, prompt_mask, end_token_id)
+        if self.rules == "transformers":
+            return beam_transformers.search(self, next_fn, state, spec)
+        return self._wu_search(next_fn, state, spec)
 
-    def _wu_search(
-        self, next_fn, tokens, cache, start, stop, prompt_mask, end_token_id
-    ):
+    def _wu_search(self, next_fn, state, spec):
+        """Wu et al.'s beam search from `state` for the request `spec`."""
+        tokens, cache, start, done = state
+        stop, prompt_mask, end_token_id, _ = spec
         k = self.num_beams
         rows = tf.shape(tokens)[0]  # B * K
         batch = rows // k
@@ -155,7 +156,6 @@ class BeamSampler(Sampler):
             tf.tile(tf.concat([[0.0], tf.fill([k - 1], never)], 0)[None], [batch, 1]),
             [-1],
         )
-        done = tf.zeros((rows,), tf.bool)
         prompt_lengths = loop.prompt_lengths(prompt_mask)
 
         def cond(tokens, cache, index, scores, done):

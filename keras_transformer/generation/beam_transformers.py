@@ -13,13 +13,17 @@ import tensorflow as tf
 from keras_transformer.generation import loop
 
 
-def search(sampler, next_fn, tokens, cache, start, stop, prompt_mask, end_token_id):
+def search(sampler, next_fn, state, spec):
     """`sampler`'s beam search under HF's vectorised `_beam_search` (checked
     against transformers 5.24), with its -1e9 masks, for `num_beams >= 2`.
 
-    Takes the arguments of `Sampler.__call__` (but `seed`: nothing is
-    drawn) and returns the `(B * n, L)` `n = sampler.num_return_sequences`
-    best hypotheses of each input, best first."""
+    Takes `next_fn` as `Sampler.__call__` does, the starting
+    `loop.DecodeState` and the request's `loop.DecodeSpec` (its seed is
+    unused: nothing is drawn), and returns the `(B * n, L)` `n =
+    sampler.num_return_sequences` best hypotheses of each input, best
+    first."""
+    tokens, cache, start, _ = state
+    stop, prompt_mask, end_token_id, _ = spec
     k = sampler.num_beams
     rows = tf.shape(tokens)[0]  # B * K
     batch = rows // k

@@ -8,9 +8,45 @@ Shape legend: R rows of the buffer (B, or B * K for beam search), L buffer
 length, V vocabulary, T columns written at once.
 """
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
 INF = float("inf")
+
+
+class DecodeState(NamedTuple):
+    """What a decode loop carries from one position to the next (and a
+    loop run in pieces from one piece to the next).
+
+    Attributes:
+        tokens: int32 `(R, L)`, written before `index`.
+        cache: the model's varying decoding state (any nested structure).
+        index: int32 scalar, the position to fill next.
+        done: bool `(R,)`, rows that ended.
+    """
+
+    tokens: object
+    cache: object
+    index: object
+    done: object
+
+
+class DecodeSpec(NamedTuple):
+    """What stays fixed while one request decodes.
+
+    Attributes:
+        stop: one past the last position to fill.
+        prompt_mask: bool `(R, L)`, True where `tokens` is prompt (kept).
+        end_token_id: int32 scalar or vector of end ids; -1 for none.
+        seed: int32 `(2,)` seed of the stateless random ops (None: nothing
+            is drawn, as in beam search).
+    """
+
+    stop: object
+    prompt_mask: object
+    end_token_id: object
+    seed: object = None
 
 
 def prompt_lengths(prompt_mask):

@@ -202,10 +202,9 @@ class Sampler:
         """
         if done is None:
             done = tf.zeros((tf.shape(tokens)[0],), tf.bool)
-        tokens, *_ = self.run(
-            next_fn, tokens, cache, start, stop, prompt_mask, end_token_id, seed, done
-        )
-        return tokens
+        state = loop.DecodeState(tokens, cache, start, done)
+        spec = loop.DecodeSpec(stop, prompt_mask, end_token_id, seed)
+        return self.run(next_fn, state, spec).tokens
 
     @property
     def uses_shared_loop(self):
@@ -214,29 +213,19 @@ class Sampler:
         not."""
         return type(self).__call__ is Sampler.__call__
 
-    def run(
-        self,
-        next_fn,
-        tokens,
-        cache,
-        index,
-        stop,
-        prompt_mask,
-        end_token_id,
-        seed,
-        done,
-        until=None,
-    ):
-        """The loop of `__call__` from position `index`, state in and out, so
-        that it can run in pieces (streaming): it fills positions up to
-        `min(until, stop) - 1`, or fewer once every row is `done`. Each
-        position draws with its own seed (`seed[1] + index`): a loop run in
-        pieces makes the same tokens as one run.
+    def run(self, next_fn, state, spec, until=None):
+        """The loop of `__call__` from `state` (a `loop.DecodeState`) for
+        the request `spec` (a `loop.DecodeSpec`), state in and out, so that
+        it can run in pieces (streaming): it fills positions up to
+        `min(until, spec.stop) - 1`, or fewer once every row is `done`.
+        Each position draws with its own seed (`seed[1] + index`): a loop
+        run in pieces makes the same tokens as one run.
 
         Returns:
-            `(tokens, cache, index, done)`: the state after the last
-            position filled, to continue from.
+            The `loop.DecodeState` after the last position filled, to
+            continue from.
         """
+        stop, prompt_mask, end_token_id, seed = spec
         prompt_lengths = loop.prompt_lengths(prompt_mask)
         until = stop if until is None else tf.minimum(until, stop)
 
@@ -258,7 +247,7 @@ class Sampler:
             tokens = loop.write(tokens, index, chosen)
             return tokens, cache, index + 1, done
 
-        return tf.while_loop(cond, body, (tokens, cache, index, done))
+        return loop.DecodeState(*tf.while_loop(cond, body, tuple(state)))
 
 
 class GreedySampler(Sampler):

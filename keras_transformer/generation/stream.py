@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
+from keras_transformer.generation import loop
 from keras_transformer.generation.compiled import CompiledFunctions
 from keras_transformer.generation.decode import check_generative, check_request
 from keras_transformer.generation.registry import get_sampler
@@ -199,9 +200,9 @@ def chunk_functions(model, sampler):
             )
             return logits, model.split_decoding_state(state)[0]
 
-        tokens, varying, index, done = sampler.run(
-            next_fn, tokens, varying, index, stop, prompt_mask, ends, seed, done, until
-        )
+        state = loop.DecodeState(tokens, varying, index, done)
+        spec = loop.DecodeSpec(stop, prompt_mask, ends, seed)
+        tokens, varying, index, done = sampler.run(next_fn, state, spec, until)
         return tokens, model.join_decoding_state(varying, fixed), index, done
 
     return begin, chunk
