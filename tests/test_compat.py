@@ -157,6 +157,8 @@ ALLOWED = {("os", "_exit")}  # the standard library's documented exit
 # A named tuple's documented methods (underscored not to clash with fields).
 NAMED_TUPLE = {"_replace", "_asdict", "_make", "_fields", "_field_defaults"}
 PRIVATE_PACKAGES = ("keras.src", "tensorflow.python")
+
+
 def private(name):
     dunder = name.startswith("__") and name.endswith("__")
     return name.startswith("_") and not dunder and name not in NAMED_TUPLE

@@ -1,14 +1,14 @@
-"""What every model class shares: size checks, the initializer, its config
-and presets.
+"""What every model class shares: size checks, its config and presets.
 
 A model class derives from `ModelMixin`, sets `family` (the presets' name
 for it, e.g. `"gpt2"`) and gets `get_config` (with the dtype policy its
 layers were built under), `from_config` and `from_preset`;
-`preset_factory` turns a thin factory function into one that also accepts
-a preset name.
+`model_factory` writes its factory function from the class (the
+signature, the argument docs), one that also accepts a preset name.
+(Initializers: `initializers.py`; `fit`: `training/fit.py`; the
+compiled-function cache: `generation/compiled.py`.)
 """
 
-import functools
 import inspect
 import textwrap
 
@@ -203,22 +203,3 @@ def _factory_doc(model_class, first, summary, returns, example):
     text += textwrap.wrap(returns, 72, initial_indent="    ", subsequent_indent="    ")
     text += ["", "Examples:", textwrap.indent(textwrap.dedent(example).strip(), "    ")]
     return textwrap.indent("\n".join(text), "    ").strip() + "\n"
-
-
-def preset_factory(model_class):
-    """A hand-written factory that also takes a preset name (`seq2seq`'s,
-    until it is written by `model_factory`)."""
-
-    def decorate(factory):
-        @functools.wraps(factory)
-        def wrapper(*args, **kwargs):
-            first = args[0] if args else kwargs.get("vocabulary_size")
-            if isinstance(first, str):
-                if not args:
-                    kwargs.pop("vocabulary_size")
-                return model_class.from_preset(first, *args[1:], **kwargs)
-            return factory(*args, **kwargs)
-
-        return wrapper
-
-    return decorate

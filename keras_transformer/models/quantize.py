@@ -171,8 +171,9 @@ class QuantizeMixin:
         return config
 
     def requantize(self, mode, block_size=None, float_layers=()):
-        """Used by `from_config` (returns the model): the layers quantized again (before the int8
-        weights are loaded into them), but `float_layers`. A file saved
+        """Used by `from_config` (returns the model): the layers quantized
+        again (before the int8 weights are loaded into them), but
+        `float_layers`. A file saved
         before blocks has no block size: a scale per column, as it was
         quantized."""
         if mode is not None and self.quantized_mode is None:

@@ -19,7 +19,7 @@ from keras_transformer.models.base import (
     ModelMixin,
     check_sizes,
     constructor_arguments,
-    preset_factory,
+    model_factory,
 )
 from keras_transformer.models.decoding import Seq2SeqLM
 
@@ -329,61 +329,20 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         return logits, (updated if caches is not None else None)
 
 
-@preset_factory(Seq2Seq)
-def seq2seq(
-    vocabulary_size,
-    *,
-    num_layers=None,
-    num_heads=None,
-    hidden_dim=None,
-    intermediate_dim=None,
-    max_sequence_length=256,
-    dropout=0.1,
-    target_vocabulary_size=None,
-    tie_embeddings=None,
-    num_decoder_layers=None,
-    activation="relu",
-    layer_norm_epsilon=1e-6,
-    position="learned",
-    sinusoidal_layout="interleaved",
-    position_offset=0,
-    scale_embeddings=False,
-    embedding_layer_norm=False,
-    logits_bias=False,
-    decoder_start_token_id=None,
-    generation_config=None,
-):
-    """Builds a `kt.models.Seq2Seq` encoder-decoder.
-
-    Args:
-        vocabulary_size: source vocabulary size (id 0 is padding), or a preset
-            name (`"seq2seq_tiny"`, `"seq2seq_base"`); the keyword arguments
-            given then override exactly those preset values.
-        num_layers: number of encoder blocks and of decoder blocks.
-        num_heads: attention heads per block.
-        hidden_dim: hidden size E.
-        intermediate_dim: feed-forward width.
-        max_sequence_length: longest source and target.
-        dropout: dropout rate.
-        target_vocabulary_size: target vocabulary size; `None` shares the
-            source vocabulary and one embedding between encoder and decoder.
-        tie_embeddings, num_decoder_layers, activation, layer_norm_epsilon, position,
-            sinusoidal_layout, position_offset, scale_embeddings,
-            embedding_layer_norm, logits_bias, decoder_start_token_id,
-            generation_config: as in `kt.models.Seq2Seq` (`tie_embeddings=None`
-            ties exactly when the vocabulary is shared).
-
-    Returns:
-        A `kt.models.Seq2Seq` with inputs `{"encoder_token_ids": (B, S),
-        "decoder_token_ids": (B, T)}` returning float32 logits
-        `(B, T, target vocabulary size)`.
-
-    Examples:
-        >>> import keras_transformer as kt
-        >>> model = kt.models.seq2seq(30, num_layers=1, num_heads=2, hidden_dim=8,
-        ...                           intermediate_dim=16, max_sequence_length=10,
-        ...                           target_vocabulary_size=20)
-        >>> model.output_dense is not None  # own target vocabulary: untied
-        True
+seq2seq = model_factory(
+    Seq2Seq,
+    "seq2seq",
+    "Builds a `kt.models.Seq2Seq` encoder-decoder.",
+    'A `kt.models.Seq2Seq` with inputs `{"encoder_token_ids": (B, S), '
+    '"decoder_token_ids": (B, T)}` returning float32 logits `(B, T, target '
+    "vocabulary size)`.",
     """
-    return Seq2Seq(**locals())  # exactly the arguments of this signature
+    >>> import keras_transformer as kt
+    >>> model = kt.models.seq2seq(30, num_layers=1, num_heads=2, hidden_dim=8,
+    ...                           intermediate_dim=16, max_sequence_length=10,
+    ...                           target_vocabulary_size=20)
+    >>> model.output_dense is not None  # own target vocabulary: untied
+    True
+    """,
+)
+__test__ = {"seq2seq": seq2seq}  # its example runs with the module's
