@@ -16,25 +16,23 @@ from keras_transformer.pretrained import checkpoint, gguf, peft, registry  # noq
 def from_pretrained(path, dtype=None):
     """Loads a Hugging Face checkpoint folder as one of our models.
 
-    Supported: `model_type: bert` (MiniLM and other BERT-shaped models
-    included): `BertModel` -> `kt.models.BERT`, `BertForMaskedLM` ->
-    `kt.models.BERTMaskedLM`, `BertForSequenceClassification` ->
-    `kt.models.BERTClassifier`, by the config's `architectures`; and
-    `model_type: gpt2` (`GPT2LMHeadModel`, `GPT2Model`) -> `kt.models.GPT2`,
-    whose ids are GPT-2's plus one (id 0 is padding here), as the
-    folder's `kt.text.tokenizer_from_pretrained` gives them; and the
-    encoder-decoders `model_type: marian` (`MarianMTModel`, the opus-mt
-    translators) and `model_type: bart` (`BartForConditionalGeneration`)
-    -> `kt.models.Seq2Seq`, also with ids plus one, the checkpoint's
-    generation settings (`generation_config.json`) in the model's
+    Supported (from the families' records, `pretrained/registry.py`):
+
+    {SUPPORTED}
+
+    The class comes from the config's `architectures` (or, where that is
+    null, its `model_type`'s usual one). BERT covers MiniLM and other
+    BERT-shaped models. The ids of a `GPT2`, `Llama` or `Seq2Seq` are the
+    checkpoint's plus one (id 0 is padding here), as the folder's
+    `kt.text.tokenizer_from_pretrained` gives them. A `Seq2Seq` gets the
+    checkpoint's generation settings (`generation_config.json`) in its
     `generation_config` and its decoder start token in
-    `decoder_start_token_id`; and `model_type: vit`
-    (`ViTForImageClassification`) -> `kt.models.ViT`, which takes images
-    channels last, `(B, H, W, C)`, where transformers takes
-    `pixel_values` `(B, C, H, W)` (`ViTModel`, without a classifier, is
-    refused). Weights are read with `safetensors` (no torch
-    or transformers needed); a config asking for something we do not
-    compute is refused, naming the key, before any weight is built.
+    `decoder_start_token_id`. A `ViT` takes images channels last,
+    `(B, H, W, C)`, where transformers takes `pixel_values` `(B, C, H, W)`
+    (`ViTModel`, without a classifier, is refused). Weights are read with
+    `safetensors` (no torch or transformers needed); a config asking for
+    something we do not compute is refused, naming the key, before any
+    weight is built.
 
     A path ending in `.gguf` is a GGUF file (llama.cpp's; needs
     `pip install "keras-transformer[gguf]"`): `llama` and `qwen2` files
@@ -81,8 +79,8 @@ def from_pretrained(path, dtype=None):
         return load(path)
     if not registry.loads_in_dtypes(model_type):
         raise ValueError(
-            "`dtype` is supported for Llama, Mistral and Qwen2 folders; other "
-            f"families load in float32. Received: dtype={dtype!r} for "
+            f"`dtype` is supported for {registry.dtype_model_types()} folders; "
+            f"other families load in float32. Received: dtype={dtype!r} for "
             f"model_type={model_type!r}"
         )
     return load(path, dtype=dtype)
@@ -133,3 +131,8 @@ def save_pretrained(model, path, tokenizer=None):
             f"quantized. Received: model with quantized_mode={mode!r}"
         )
     return registry.saver(model)(model, path, tokenizer)
+
+
+from_pretrained.__doc__ = from_pretrained.__doc__.replace(
+    "{SUPPORTED}", registry.supported_table(indent=4)
+)

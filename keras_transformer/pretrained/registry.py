@@ -24,11 +24,6 @@ DEFAULT_ARCHITECTURES = {
 }
 
 
-def supported(separator=", "):
-    """The families' names, for messages and docstrings."""
-    return separator.join(family.name for family in FAMILIES)
-
-
 def architecture(config):
     """The config's first `architectures` entry; where it is null, empty
     or missing (as `config.save_pretrained` writes after some conversions),
@@ -57,9 +52,25 @@ def loads_in_dtypes(model_type):
     return family is not None and len(family.dtypes) > 1
 
 
-def dtype_families():
-    """The names of the families that load in other dtypes than float32."""
-    return [family.name for family in FAMILIES if len(family.dtypes) > 1]
+def dtype_model_types():
+    """The `model_type`s that load in other dtypes than float32."""
+    return [
+        t for family in FAMILIES if len(family.dtypes) > 1 for t in family.model_types
+    ]
+
+
+def supported_table(indent=0):
+    """The supported checkpoints, one line per family, for docstrings:
+    its `model_type`s and `architecture -> kt.models class` pairs."""
+    lines = []
+    for family in FAMILIES:
+        types = ", ".join(f"`{t}`" for t in family.model_types)
+        pairs = ", ".join(
+            f"`{a}` -> `kt.models.{cls.__name__}`"
+            for a, (cls, _) in family.architectures.items()
+        )
+        lines.append(f"- {family.name} (`model_type` {types}): {pairs}")
+    return ("\n" + " " * indent).join(lines)
 
 
 def family_of(model):
