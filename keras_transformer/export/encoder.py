@@ -54,10 +54,7 @@ def export_encoder(model, tokenizer, path, sequence_length=None, overwrite=False
     ```
     """
     savedmodel.check_model(model, (BERT, BERTFeatureExtractor), "export_encoder")
-    if isinstance(model, BERTFeatureExtractor):
-        backbone = model.backbone
-    else:
-        backbone = model
+    backbone = getattr(model, "backbone", model)  # a BERTFeatureExtractor's
     path = savedmodel.check_path(path, overwrite)
     sequence_length = savedmodel.check_sequence_length(
         sequence_length, backbone.max_sequence_length, minimum=2
@@ -66,11 +63,7 @@ def export_encoder(model, tokenizer, path, sequence_length=None, overwrite=False
     cls_id = text_checks.special_token_id(tokenizer, text_checks.CLS, "encoding")
     sep_id = text_checks.special_token_id(tokenizer, text_checks.SEP, "encoding")
     tokenizer = savedmodel.without_sequence_length(tokenizer)
-    extractor = (
-        model
-        if isinstance(model, BERTFeatureExtractor)
-        else BERTFeatureExtractor(model)
-    )
+    extractor = BERTFeatureExtractor(model) if model is backbone else model
 
     @tf.function(input_signature=[savedmodel.string_spec("text")])
     def encode(text):

@@ -133,25 +133,26 @@ class ChunkedDecoding:
             return
         request = {k: tf.constant(v) for k, v in self.request.items()}
         tokens = request["tokens"]
-        state = self._begin(tokens, request["source"])
-        index = request["start"]
+        state = loop.DecodeState(
+            tokens, self._begin(tokens, request["source"]), request["start"], None
+        )
+        spec = loop.DecodeSpec(
+            request["stop"],
+            request["prompt_mask"],
+            request["end_token_id"],
+            request["seed"],
+        )
         started = time.perf_counter()
         while self.index < self.stop and not self._done.all():
-            tokens, state, index, done = self._chunk(
-                tokens,
-                state,
-                index,
-                tf.constant(self._done),
+            state = self._chunk(
+                state._replace(done=tf.constant(self._done)),
+                spec,
                 tf.constant(self.index + self.chunk_size, tf.int32),
-                request["stop"],
-                request["prompt_mask"],
-                request["end_token_id"],
-                request["seed"],
             )
-            self.steps += int(index) - self.index
-            self.index = int(index)
-            self._done |= done.numpy()
-            self.tokens = tokens.numpy()[:, : self.stop]
+            self.steps += int(state.index) - self.index
+            self.index = int(state.index)
+            self._done |= state.done.numpy()
+            self.tokens = state.tokens.numpy()[:, : self.stop]
             yield self.tokens
             now = time.perf_counter()
             if self.piece_seconds is not None:
@@ -171,10 +172,11 @@ def _grown(size, seconds, target):
 
 def compiled_chunk_fns(model, sampler):
     """`(begin, chunk)`, XLA-compiled and kept per model and sampler:
-    `begin(tokens, source) -> state` reads the prompts into the KV cache;
-    `chunk(tokens, state, index, done, until, stop, prompt_mask,
-    end_token_id, seed) -> (tokens, state, index, done)` runs the sampler's
-    loop from `index` to `until` (see `kt.generation.Sampler.run`)."""
+    `begin(tokens, source) -> decoding state` reads the prompts into the KV
+    cache; `chunk(state, spec, until) -> state` runs the sampler's loop from
+    a `loop.DecodeState` (its `cache` the model's decoding state) for the
+    request's `loop.DecodeSpec` up to `until` (see
+    `kt.generation.Sampler.run`)."""
     functions = _COMPILED.of(model)
     key = sampler.config()
     if key not in functions:
@@ -191,8 +193,8 @@ def chunk_functions(model, sampler):
     def begin(tokens, source):
         return model.start_decoding(tokens, source, True)
 
-    def chunk(tokens, state, index, done, until, stop, prompt_mask, ends, seed):
-        varying, fixed = model.split_decoding_state(state)
+    def chunk(state, spec, until):
+        varying, fixed = model.split_decoding_state(state.cache)
 
         def next_fn(tokens, varying, index):
             logits, state = model.next_logits(
@@ -200,9 +202,7 @@ def chunk_functions(model, sampler):
             )
             return logits, model.split_decoding_state(state)[0]
 
-        state = loop.DecodeState(tokens, varying, index, done)
-        spec = loop.DecodeSpec(stop, prompt_mask, ends, seed)
-        tokens, varying, index, done = sampler.run(next_fn, state, spec, until)
-        return tokens, model.join_decoding_state(varying, fixed), index, done
+        state = sampler.run(next_fn, state._replace(cache=varying), spec, until)
+        return state._replace(cache=model.join_decoding_state(state.cache, fixed))
 
     return begin, chunk

@@ -63,6 +63,7 @@ class TransformerBlockBase(keras.layers.Layer):
     lists its own.
     """
 
+    HEAD_SIZE_ARGUMENT = "key_dim"  # its name in messages
     SUBLAYERS = {
         "self_attention": ("self_attention_layer", "self_attention"),
         "self_attention_norm": ("self_attention_layer_norm",) * 2,
@@ -120,16 +121,14 @@ class TransformerBlockBase(keras.layers.Layer):
         """The sublayer playing `role` (a key of `SUBLAYERS`)."""
         return getattr(self, self.SUBLAYERS[role][0])
 
-    def _set_sublayer(self, role, layer):
-        setattr(self, self.SUBLAYERS[role][0], layer)
-
     def _head_size(self, hidden_dim):
         if self.key_dim is not None:
             return self.key_dim
         if hidden_dim % self.num_heads:
             raise ValueError(
-                "The hidden size must be divisible by `num_heads` when `key_dim` is "
-                f"not given. Received: hidden size {hidden_dim}, "
+                "The hidden size must be divisible by `num_heads` when "
+                f"`{self.HEAD_SIZE_ARGUMENT}` is not given. Received: hidden size "
+                f"{hidden_dim}, "
                 f"num_heads={self.num_heads}"
             )
         return hidden_dim // self.num_heads

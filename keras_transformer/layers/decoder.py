@@ -66,8 +66,13 @@ class TransformerDecoderBlock(TransformerBlockBase):
             below) or `"bias"` (an additive `position_bias` given to `call`).
         num_key_value_heads: key/value heads of the self-attention (grouped
             query attention); None = `num_heads`.
-        rope_theta, rope_scaling, sliding_window, attention_bias: the rotary
-            self-attention's options (see `kt.layers.RotaryAttention`).
+        rope_theta: the rotary base (`positions="rotary"`; see
+            `kt.layers.RotaryAttention` for these four).
+        rope_scaling: None or a Hugging Face rope scaling dict.
+        sliding_window: None, or how many positions (itself included) a
+            query attends to.
+        attention_bias: the rotary self-attention's projection biases
+            (False, True or `"qkv"`).
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:
@@ -147,6 +152,21 @@ class TransformerDecoderBlock(TransformerBlockBase):
             **kwargs,
         )
         validation.check_choice("positions", positions, POSITIONS)
+        rotary = dict(
+            rope_theta=(rope_theta, 10000.0),
+            rope_scaling=(rope_scaling, None),
+            sliding_window=(sliding_window, None),
+            attention_bias=(attention_bias, False),
+        )
+        given = [k for k, (value, default) in rotary.items() if value != default]
+        if given and positions != "rotary":
+            raise ValueError(
+                f"{given} are options of a rotary self-attention; set "
+                f'positions="rotary". Received: positions={positions!r}'
+            )
+        validation.check_positive_int(
+            "num_key_value_heads", num_key_value_heads, allow_none=True
+        )
         if positions == "rotary":
             check_rotary_attention_arguments(
                 num_heads,
@@ -213,6 +233,11 @@ class TransformerDecoderBlock(TransformerBlockBase):
             raise ValueError(
                 "`context` is required when `cross_attention=True`. "
                 "Received: context=None"
+            )
+        if position_bias is not None and self.positions != "bias":
+            raise ValueError(
+                '`position_bias` is taken by a block with positions="bias". '
+                f"Received: a position_bias with positions={self.positions!r}"
             )
         if padding_mask is None:
             padding_mask = keras_mask(inputs)
@@ -289,7 +314,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
     def get_config(self):
         config = super().get_config()
         config["cross_attention"] = self.cross_attention
-        if self.positions is not None:  # written only when set, as before
+        if self.positions is not None:  # written only when set: configs
+            # written before have no `positions`
             config["positions"] = self.positions
         rotary = dict(
             num_key_value_heads=(self.num_key_value_heads, None),

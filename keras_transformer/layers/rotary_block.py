@@ -68,6 +68,7 @@ class RotaryDecoderBlock(TransformerDecoderBlock):
         Models", 2023.
     """
 
+    HEAD_SIZE_ARGUMENT = "head_dim"
     # Files of this block store its weights under these names.
     SUBLAYERS = {
         "self_attention_norm": ("attention_norm",) * 2,

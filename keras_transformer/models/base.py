@@ -174,7 +174,8 @@ def model_factory(model_class, name, summary, returns, example):
     factory.__signature__ = signature
     factory.__name__ = factory.__qualname__ = name
     factory.__module__ = model_class.__module__
-    factory.__doc__ = _factory_doc(model_class, first, summary, returns, example)
+    if model_class.__doc__ is not None:  # None under `python -OO`
+        factory.__doc__ = _factory_doc(model_class, first, summary, returns, example)
     return factory
 
 

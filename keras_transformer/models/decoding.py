@@ -206,9 +206,9 @@ class Seq2SeqLM(keras.Model):
         return ids
 
     def pad_source(self, source, length):
-        """The checked `source` padded for decoding to about `length` (a
-        numpy array, or a tensor in graph code): by default int32 ids
-        zero-padded to `min(length, max_sequence_length)`."""
+        """The checked `source` (a numpy array, or a tensor in graph code)
+        padded for decoding to about `length`, as a tensor: by default int32
+        ids zero-padded to `min(length, max_sequence_length)`."""
         length = min(length, self.max_sequence_length)
         padding = [[0, 0], [0, length - ops.shape(source)[1]]]
         padded = ops.pad(ops.cast(source, "int32"), padding)

@@ -133,6 +133,7 @@ def save_pretrained(model, path, tokenizer=None):
     return registry.saver(model)(model, path, tokenizer)
 
 
-from_pretrained.__doc__ = from_pretrained.__doc__.replace(
-    "{SUPPORTED}", registry.supported_table(indent=4)
-)
+if from_pretrained.__doc__ is not None:  # None under `python -OO`
+    from_pretrained.__doc__ = from_pretrained.__doc__.replace(
+        "{SUPPORTED}", registry.supported_table(indent=4)
+    )

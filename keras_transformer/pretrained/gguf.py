@@ -58,6 +58,9 @@ ARCHITECTURES = {
     "qwen2": "Qwen2ForCausalLM",
     "gpt2": "GPT2LMHeadModel",
 }
+# The model types whose query and key rows llama.cpp permutes (Qwen2's it
+# writes as they are).
+PERMUTED = ("llama", "mistral")
 # `{architecture}.{key}` of the metadata -> the config.json key, as
 # transformers maps them (None: read by nobody, as in transformers).
 CONFIG_KEYS = {
@@ -325,7 +328,7 @@ def _permutations(config):
     of its rows (of a float matrix, int8 values or their scales): the
     query and key projections of `llama` files, per head the rows
     `(D/2, 2)` back to `(2, D/2)`, as transformers undoes it."""
-    if config["model_type"] == "qwen2":
+    if config["model_type"] not in PERMUTED:
         return {}
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads

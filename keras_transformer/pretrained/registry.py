@@ -53,10 +53,10 @@ def loads_in_dtypes(model_type):
 
 
 def dtype_model_types():
-    """The `model_type`s that load in other dtypes than float32."""
-    return [
-        t for family in FAMILIES if len(family.dtypes) > 1 for t in family.model_types
-    ]
+    """The `model_type`s that load in other dtypes than float32, for
+    messages (`"llama, mistral and qwen2"`)."""
+    types = [t for f in FAMILIES if len(f.dtypes) > 1 for t in f.model_types]
+    return " and ".join([", ".join(types[:-1]), types[-1]] if len(types) > 1 else types)
 
 
 def supported_table(indent=0):
@@ -103,9 +103,17 @@ def task_for(name):
     return ARCHITECTURES.get(name, (None, None))[1]
 
 
-def architectures_of(task_name):
-    """The architectures the `kt.tasks` class named `task_name` serves."""
-    return tuple(a for a, (_, task) in ARCHITECTURES.items() if task == task_name)
+def architectures_of(task_class):
+    """The architectures a `kt.tasks` class serves: those of the nearest
+    class in its hierarchy that a family names (a subclass of
+    `TextGenerator` serves what `TextGenerator` serves)."""
+    for cls in task_class.__mro__:
+        served = tuple(
+            a for a, (_, task) in ARCHITECTURES.items() if task == cls.__name__
+        )
+        if served:
+            return served
+    return ()
 
 
 def served_architectures():
@@ -142,5 +150,5 @@ def peft_modules(model):
 # `kt.text.tokenizer_from_pretrained` reads a folder by its `model_type`
 # where a family's record names a reader (text/ sits below pretrained/).
 hf_tokenizers.MODEL_TYPE_READERS.update(
-    {t: reader for family in FAMILIES for t, reader in family.tokenizers.items()}
+    {t: tokenizer_for(t) for t in BY_MODEL_TYPE if tokenizer_for(t) is not None}
 )

@@ -51,8 +51,12 @@ class Task(FitMixin, keras.Model):
         task = type(self).__name__
         savedmodel.check_model(model, self.model_classes, f"kt.tasks.{task}")
         if tokenizer is not None:  # None: a task of images
-            # A head (BERTClassifier, BERTMaskedLM) has its backbone's ids.
-            vocabulary_size = getattr(model, "backbone", model).vocabulary_size
+            # A head (BERTClassifier, BERTMaskedLM) has its backbone's ids;
+            # an encoder-decoder's tokenizer gives its encoder's.
+            source = getattr(model, "backbone", model)
+            vocabulary_size = getattr(source, "encoder_vocabulary_size", None)
+            if vocabulary_size is None:
+                vocabulary_size = source.vocabulary_size
             savedmodel.check_tokenizer(tokenizer, "tokenizer", vocabulary_size)
         super().__init__(**kwargs)
         self.model = model
@@ -173,7 +177,7 @@ def check_architecture(task_class, config, path):
     """Raises a ValueError unless the folder's first `architectures` entry
     is one `task_class` serves (a null one: its `model_type`'s usual one)."""
     architecture = registry.architecture(config)
-    served = registry.architectures_of(task_class.__name__)
+    served = registry.architectures_of(task_class)
     if architecture not in served:
         raise ValueError(
             f"kt.tasks.{task_class.__name__} serves the architectures "

@@ -99,10 +99,17 @@ class GenerationRequest:
             rows: the prompts' ids where the call made them (a chat), else
                 None: `texts` are tokenized.
             ends: the end ids; None: the task's.
-            max_new_tokens, sampler, seed, stop, num_return_sequences,
-            repetition_penalty, return_full_text, stream,
-            stream_chunk_size: as `TextGenerator.generate` takes them.
-            sampler_args: the sampler's arguments and options.
+            max_new_tokens: the most new tokens per text.
+            sampler: a sampler name or `kt.generation.Sampler`.
+            seed: the samplers' seed.
+            stop: stop strings.
+            num_return_sequences: texts per prompt.
+            repetition_penalty: None (the task's), or > 1.
+            return_full_text: prefix each text with its prompt.
+            stream: return an iterator of pieces.
+            stream_chunk_size: tokens per piece (None: adaptive).
+            sampler_args: the sampler's arguments and options (all as
+                `TextGenerator.generate` takes them).
         """
         stops = inputs.check_stop(stop)
         limit = task.model.max_sequence_length

@@ -317,3 +317,10 @@ def test_bad_composition_options():
             kt.layers.TransformerDecoderBlock(2, 16, **{name: value})
     with pytest.raises(ValueError, match="use_bias"):
         kt.layers.TransformerDecoderBlock(2, 16, use_bias="no")
+    # Rotary options without rotary positions would be ignored: refused.
+    with pytest.raises(ValueError, match="sliding_window.*positions=None"):
+        kt.layers.TransformerDecoderBlock(2, 16, sliding_window=4)
+    with pytest.raises(ValueError, match="position_bias.*positions=None"):
+        kt.layers.TransformerDecoderBlock(2, 16, cross_attention=False)(
+            rand(1, 3, 8), position_bias=np.zeros((1, 2, 3, 3), "float32")
+        )
