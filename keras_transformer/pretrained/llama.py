@@ -206,7 +206,7 @@ def config_to_arguments(config):
     )
 
 
-def family_of(model):
+def model_type_of(model):
     """The `model_type` that computes what `model` computes, or a
     ValueError."""
     if model.attention_bias == "qkv":
@@ -226,7 +226,7 @@ def family_of(model):
 def arguments_to_config(model, dtype):
     """The Hugging Face `config.json` of a `Llama` (its weights in
     `dtype`), with the keys transformers 5 writes for the family."""
-    model_type = family_of(model)
+    model_type = model_type_of(model)
     rope = {"rope_theta": model.rope_theta, "rope_type": "default"}
     if model.rope_scaling is not None:
         scaling = dict(model.rope_scaling)

@@ -72,7 +72,7 @@ def load(path):
 def save(model, path, tokenizer=None):
     """Writes a Marian- or BART-shaped `Seq2Seq` (and its tokenizer) as the
     family's folder; everything is checked before anything is written."""
-    family = family_of(model)
+    family = layout_of(model)
     config, generation, tensors = export(model)
     if tokenizer is not None:
         size = family.tokenizer_check(tokenizer, family.name)
@@ -154,7 +154,7 @@ def config_to_arguments(config, generation=None):
     return {**arguments, **family.options}
 
 
-def family_of(model):
+def layout_of(model):
     """The `Layout` whose checkpoint layout a `Seq2Seq` can be written in
     (chosen by its `position`), or a ValueError naming what fits none."""
     matching = [f for f in FAMILIES.values() if f.options["position"] == model.position]
@@ -373,7 +373,7 @@ def build(config, weights, generation=None):
 def export(model):
     """`(config, generation settings, tensors)` of a Marian- or BART-shaped
     `Seq2Seq`, in Hugging Face's names and layouts."""
-    config, generation = arguments_to_config(model, family_of(model))
+    config, generation = arguments_to_config(model, layout_of(model))
     return config, generation, checkpoint.tensors(_pairs(model))
 
 

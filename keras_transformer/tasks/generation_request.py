@@ -1,11 +1,12 @@
-"""`GenerationRequest`: one `TextGenerator.generate` or `chat` call's
+"""`GenerationRequest` and `Seq2SeqRequest`: one generation call's
 options, checked once, before any work is done.
 
 The task builds a request from its call's arguments and decodes it; the
 request holds the prompts' ids, the end ids, the decoder (a
 `kt.generation.Sampler`, the task's `generation_config` applied) and what
-the texts become afterwards. A new option (a forced prompt, a task prefix)
-is one field here.
+the texts become afterwards; a `Seq2SeqRequest` the sources' ids and
+`generate`'s options. A new option (a forced prompt, a task prefix) is one
+field here.
 
 Shape legend: B prompts (times `num_return_sequences`), P a prompt's ids.
 """
@@ -179,3 +180,26 @@ class GenerationRequest:
             stream_chunk_size=stream_chunk_size,
             speculative=speculative,
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Seq2SeqRequest:
+    """A checked `Translator.translate` or `Summarizer.summarize` call.
+
+    Attributes:
+        single: the call had one text (a string): one text comes back.
+        texts: the source texts.
+        rows: each text's source ids, cut to the model's length.
+        empty: bool per text: no source ids (its output is `""`).
+        options: `kt.generation.generate`'s keyword arguments
+            (`max_new_tokens`, `sampler`, `end_token_id` and the sampler's
+            options: the model's `generation_config` under the call's).
+        seed: the samplers' seed, or None.
+    """
+
+    single: bool
+    texts: list
+    rows: list
+    empty: object
+    options: dict
+    seed: object

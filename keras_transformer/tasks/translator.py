@@ -27,6 +27,7 @@ from keras_transformer.generation import Sampler, generate
 from keras_transformer.models import Seq2SeqLM
 from keras_transformer.tasks import inputs
 from keras_transformer.tasks.base import Task
+from keras_transformer.tasks.generation_request import Seq2SeqRequest
 from keras_transformer.text import checks, pack_seq2seq, translation_dataset
 from keras_transformer.training import MaskedSparseCategoricalCrossentropy
 
@@ -47,9 +48,9 @@ class Seq2SeqTask(Task):
 
     model_classes = (Seq2SeqLM,)
 
-    def _generate(self, name, texts, max_new_tokens, sampler, seed, sampler_args):
-        """The decoded texts of `texts` (the argument `name`): a str for a
-        str, a list of str for a list."""
+    def _request(self, name, texts, max_new_tokens, sampler, seed, sampler_args):
+        """The checked `Seq2SeqRequest` of a call on `texts` (the argument
+        `name`): every argument checked before the texts are tokenized."""
         # A blank line is translated, as transformers translates it.
         single, strings = inputs.check_texts(name, texts, allow_empty=True)
         options = self._decoding_options(max_new_tokens, sampler, sampler_args)
@@ -57,12 +58,19 @@ class Seq2SeqTask(Task):
         source = savedmodel.without_sequence_length(self.source_tokenizer)
         rows = source.truncate(source.tokenize(strings), limit).to_list()
         empty = np.array([not row for row in rows])
+        return Seq2SeqRequest(single, strings, rows, empty, options, seed)
+
+    def _generate(self, request):
+        """The decoded texts of a `Seq2SeqRequest`: a str for a str, a list
+        of str for a list."""
+        single, rows, empty = request.single, request.rows, request.empty
         if empty.all():
-            return "" if single else [""] * len(strings)
+            return "" if single else [""] * len(rows)
         start = np.full((len(rows), 1), self._start_id(), "int32")
         ids = {self.model.source_name: inputs.pad(rows), "decoder_token_ids": start}
-        tokens = generate(self.model, ids, seed=seed, **options)[:, 1:]
-        ends = np.reshape(options["end_token_id"], [-1])  # one id or several
+        tokens = generate(self.model, ids, seed=request.seed, **request.options)
+        tokens = tokens[:, 1:]
+        ends = np.reshape(request.options["end_token_id"], [-1])  # one or several
         tokens = np.where(np.isin(tokens, ends), 0, tokens)
         tokens[empty] = 0
         texts = self.target_tokenizer.detokenize(
@@ -256,7 +264,7 @@ class Translator(Seq2SeqTask):
             The translation: a str for a str, a list of str for a list.
         """
         return self._generate(
-            "texts", texts, max_new_tokens, sampler, seed, sampler_args
+            self._request("texts", texts, max_new_tokens, sampler, seed, sampler_args)
         )
 
     def export(self, path, **options):
@@ -324,7 +332,7 @@ class Summarizer(Seq2SeqTask):
             The summary: a str for a str, a list of str for a list.
         """
         return self._generate(
-            "texts", texts, max_new_tokens, sampler, seed, sampler_args
+            self._request("texts", texts, max_new_tokens, sampler, seed, sampler_args)
         )
 
     def export(self, path, **options):
