@@ -15,7 +15,9 @@ float32), in one run:
   without an end token does the same work whatever the values), compiled
   with `sampler="greedy"`;
 - the ceiling: one matrix-vector product with every weight matrix of the
-  model (XLA-compiled, batch 1), the bytes it reads over its time: the most
+  model (batch 1), the bytes it reads over its time, at the best speed any
+  library reaches here (XLA's `x @ W` over `(in, out)` matrices, XLA's
+  `matvec` and PyTorch's `linear` over `(out, in)` copies): the most
   new tokens per second a batch-1 decoder can reach, since each new token
   reads every weight once. It runs in turn with the decoders (one pass per
   new token), and each batch-1 rate is given as a fraction of it.
@@ -56,30 +58,61 @@ def timed(fn):
 
 
 def ceiling(model, repeats=20):
-    """`(bytes, seconds, one_pass)`: the bytes of `model`'s weight matrices,
-    the median time of `one_pass()`, an XLA-compiled matrix-vector product
-    with each of them, and that function (timed again beside the decoders,
-    so that the fraction compares times of the same minutes)."""
-    matrices = []
+    """`(bytes, seconds, one_pass, passes)`: the bytes of `model`'s weight
+    matrices; the median time of the fastest of three matrix-vector passes
+    over all of them (XLA's `x @ W` over `(in, out)` matrices, XLA's
+    `matvec` over `(out, in)` copies, and PyTorch's `linear` over `(out,
+    in)` copies, its own layout); that fastest pass as a function (timed
+    again beside the decoders, so that the fraction compares times of the
+    same minutes); and each pass's GB/s."""
+    import torch
+
+    arrays = []
     for weight in model.weights:
         array = keras.ops.convert_to_numpy(weight)
         if array.ndim >= 2:
-            matrices.append(tf.constant(array.reshape(array.shape[0], -1)))
-    vectors = [tf.ones((1, m.shape[0])) for m in matrices]
+            arrays.append(array.reshape(array.shape[0], -1))
+    size = sum(a.size * 4 for a in arrays)
+    in_out = [tf.constant(a) for a in arrays]
+    out_in = [tf.constant(np.ascontiguousarray(a.T)) for a in arrays]
+    vectors = [tf.ones((1, a.shape[0])) for a in arrays]
+    torch_out_in = [torch.from_numpy(np.ascontiguousarray(a.T)) for a in arrays]
+    torch_vectors = [torch.ones((1, a.shape[0])) for a in arrays]
 
     @tf.function(jit_compile=True)
-    def product(vectors):
+    def xla_in_out(vectors):
         return tf.add_n(
-            [tf.reduce_sum(v @ m) for v, m in zip(vectors, matrices, strict=True)]
+            [tf.reduce_sum(v @ m) for v, m in zip(vectors, in_out, strict=True)]
         )
 
-    def one_pass():
-        return product(vectors).numpy()
+    @tf.function(jit_compile=True)
+    def xla_out_in(vectors):
+        return tf.add_n(
+            [
+                tf.reduce_sum(tf.linalg.matvec(m, v[0]))
+                for v, m in zip(vectors, out_in, strict=True)
+            ]
+        )
 
-    one_pass()
-    times = [timed(one_pass) for _ in range(repeats)]
-    size = sum(m.shape.num_elements() * 4 for m in matrices)
-    return size, statistics.median(times), one_pass
+    def torch_pass():
+        with torch.inference_mode():
+            return sum(
+                float(torch.nn.functional.linear(v, m).sum())
+                for v, m in zip(torch_vectors, torch_out_in, strict=True)
+            )
+
+    candidates = {
+        "XLA x @ W (in, out)": lambda: xla_in_out(vectors).numpy(),
+        "XLA matvec (out, in)": lambda: xla_out_in(vectors).numpy(),
+        "torch linear (out, in)": torch_pass,
+    }
+    medians = {}
+    for name, one_pass in candidates.items():
+        one_pass()
+        medians[name] = statistics.median(timed(one_pass) for _ in range(repeats))
+    best = min(medians, key=medians.get)
+    passes = {name: size / seconds / 1e9 for name, seconds in medians.items()}
+    return size, medians[best], candidates[best], passes
 
 
 def keras_hub_model(name, config):
@@ -106,19 +139,27 @@ def keras_hub_model(name, config):
     return model
 
 
-def decode_contenders(name, new, batches, repeats):
+def decode_contenders(name, new, batches, repeats, folder=None):
+    """Decodes a random model of preset `name`'s shape, or the checkpoint
+    in `folder` (real weights), with each contender."""
     import torch
     import transformers
 
     torch.set_num_threads(os.cpu_count())
     keras.utils.set_random_seed(0)
-    config = dict(kt.models.PRESETS[name]["config"], max_sequence_length=PROMPT + new)
-    ours = kt.models.llama(**config)
-    size, seconds, one_pass = ceiling(ours)
-    with tempfile.TemporaryDirectory() as folder:
-        kt.models.save_pretrained(ours, folder)
+    if folder:
+        ours = kt.models.from_pretrained(folder)
+        config = ours.get_config()
+        name = f"{name} (real weights: {folder})"
+    else:
+        config = dict(kt.models.PRESETS[name]["config"])
+        config["max_sequence_length"] = PROMPT + new
+        ours = kt.models.llama(**config)
+    size, seconds, one_pass, passes = ceiling(ours)
+    with tempfile.TemporaryDirectory() as saved:
+        kt.models.save_pretrained(ours, saved)
         theirs = transformers.AutoModelForCausalLM.from_pretrained(
-            folder, dtype=torch.float32
+            folder or saved, dtype=torch.float32
         ).eval()
     theirs.generation_config.eos_token_id = None
     theirs.generation_config.pad_token_id = 0
@@ -127,6 +168,9 @@ def decode_contenders(name, new, batches, repeats):
         f"\n{name}: {ours.count_params():,} parameters, float32; the ceiling: "
         f"{size / 1e9:.2f} GB of weights read in {seconds * 1e3:.1f} ms "
         f"({size / seconds / 1e9:.1f} GB/s) = {1 / seconds:.1f} tokens/s at batch 1"
+        " (the fastest of: "
+        + ", ".join(f"{k} {v:.1f} GB/s" for k, v in passes.items())
+        + ")"
     )
     print(
         "\n| batch | contender | compile + first run s | new tokens/s "
@@ -276,14 +320,18 @@ def main():
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--load", action="store_true")
+    parser.add_argument(
+        "--folder", help="a Hugging Face Llama-family folder decoded instead of --sizes"
+    )
     parser.add_argument("--results", help="JSON-lines file the rates append to")
     args = parser.parse_args()
     print(
         f"greedy, {PROMPT}-token prompt + {args.new} new tokens, median of "
         f"{args.repeats} runs after a compiling one, {os.cpu_count()} CPU cores"
     )
-    for name in args.sizes:
-        rows = decode_contenders(name, args.new, args.batch, args.repeats)
+    sizes = ["checkpoint"] if args.folder else args.sizes
+    for name in sizes:
+        rows = decode_contenders(name, args.new, args.batch, args.repeats, args.folder)
         if args.results:
             with open(args.results, "a") as f:
                 f.writelines(json.dumps(row) + "\n" for row in rows)

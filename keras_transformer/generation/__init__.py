@@ -8,6 +8,7 @@ decoding).
 """
 
 from keras_transformer.generation.beam import BeamSampler
+from keras_transformer.generation.compiled import enable_compile_cache
 from keras_transformer.generation.decode import (
     compiled_decode_fn,
     compiled_speculative_fn,
@@ -34,6 +35,7 @@ __all__ = [
     "compiled_decode_fn",
     "compiled_speculative_fn",
     "decode_function",
+    "enable_compile_cache",
     "generate",
     "get_sampler",
     "speculative_decode_function",

@@ -14,6 +14,8 @@ Shape legend: B batch, P prompt length, L buffer length (a bucket >= P +
 max_new_tokens), S source length.
 """
 
+import logging
+
 import numpy as np
 import tensorflow as tf
 
@@ -23,7 +25,13 @@ from keras_transformer.generation.registry import get_sampler
 from keras_transformer.generation.speculative import speculative_decode_function
 from keras_transformer.models.decoding import CausalLM, Seq2SeqLM
 
-BUCKET = 32  # buffer and source lengths are rounded up to a multiple of this
+BUCKET = 32  # source lengths are rounded up to a multiple of this
+# Buffer lengths are powers of two from this one (or the model's limit): a
+# conversation's growing prompts reuse a few compiled loops. The loop reads
+# only the prompt's positions (in pieces), so a longer buffer costs little.
+MIN_BUFFER = 256
+
+logger = logging.getLogger(__name__)
 
 _COMPILED = CompiledFunctions()  # per model, until its variables change
 
@@ -121,9 +129,11 @@ def generate(
     if request is None:  # max_new_tokens == 0
         return model.generation_inputs(inputs)[0]
     if speculation:
-        decode = compiled_speculative_fn(model, sampler, **speculation)
+        decode = compiled_speculative_fn(
+            model, sampler, shapes=request_shapes(request), **speculation
+        )
     else:
-        decode = compiled_decode_fn(model, sampler, use_cache)
+        decode = compiled_decode_fn(model, sampler, use_cache, request_shapes(request))
     output = decode(
         *(tf.constant(request[key]) for key in REQUEST_KEYS),
     )
@@ -172,7 +182,7 @@ def check_request(model, inputs, max_new_tokens, sampler, end_token_id, seed, ro
         )
     if max_new_tokens == 0:
         return None
-    length = min(limit, -(-(total + room) // BUCKET) * BUCKET)
+    length = buffer_length(total + room, limit)
     tokens = np.zeros((batch, length), "int32")
     tokens[:, :prompt_length] = prompt
     if source is not None:  # the model pads its own kind of source
@@ -193,6 +203,22 @@ def check_request(model, inputs, max_new_tokens, sampler, end_token_id, seed, ro
     }
 
 
+def buffer_length(needed, limit):
+    """The decode buffer's length for `needed` positions: the next power of
+    two from `MIN_BUFFER`, at most `limit` (the model's
+    `max_sequence_length`). Each length is one compiled loop.
+
+    Examples:
+        >>> from keras_transformer.generation.decode import buffer_length
+        >>> buffer_length(40, 8192), buffer_length(300, 8192), buffer_length(300, 320)
+        (256, 512, 320)
+    """
+    length = MIN_BUFFER
+    while length < needed:
+        length *= 2
+    return min(limit, length)
+
+
 def check_end_token_ids(end_token_id, vocabulary_size):
     """None, one end id (an int), or a tuple of several (sorted), checked
     against the vocabulary. Every decode loop stops at any of several."""
@@ -204,29 +230,49 @@ def check_end_token_ids(end_token_id, vocabulary_size):
     return ids[0] if len(ids) == 1 else ids
 
 
-def compiled_decode_fn(model, sampler, use_cache=True):
+def compiled_decode_fn(model, sampler, use_cache=True, shapes=None):
     """`decode_function(model, sampler, use_cache)` as an XLA-compiled
-    `tf.function`, built once per model and sampler and reused by `generate`
-    (built again once `quantize` or LoRA has changed the model's variables)."""
-    functions = _COMPILED.of(model)
-    key = (sampler.config(), use_cache)
+    `tf.function`, built once per model, sampler and `shapes` (the request's
+    `(batch, buffer length, source length)`) and reused by `generate`
+    (built again once `quantize` or LoRA has changed the model's
+    variables). One function per shape: none is ever traced twice, and
+    each new one is logged (at debug level, logger
+    `keras_transformer.generation.decode`)."""
+    return compiled(
+        model,
+        ("decode", sampler.config(), use_cache, shapes),
+        lambda: decode_function(model, sampler, use_cache),
+    )
+
+
+def compiled(owner, key, build, functions=_COMPILED):
+    """The XLA-compiled `tf.function` of `build()` kept under `key` for
+    `owner` in `functions` (a `CompiledFunctions`), made, and logged at
+    debug level, on first use."""
+    functions = functions.of(owner)
     if key not in functions:
+        logger.debug("Compiling a new function for %s: %s", type(owner).__name__, key)
         functions[key] = tf.function(
-            decode_function(model, sampler, use_cache),
-            jit_compile=True,
-            reduce_retracing=False,
+            build(), jit_compile=True, reduce_retracing=False, autograph=False
         )
     return functions[key]
 
 
+def request_shapes(request):
+    """The shapes that make a new compiled function: `(batch, buffer length,
+    source length)`."""
+    return request["tokens"].shape + (request["source"].shape[1],)
+
+
 def compiled_speculative_fn(
-    model, sampler, num_tokens, draft_model=None, max_ngram_size=3
+    model, sampler, num_tokens, draft_model=None, max_ngram_size=3, shapes=None
 ):
     """`kt.generation.speculative.speculative_decode_function` as an
     XLA-compiled `tf.function`, built once per model, draft and settings.
 
     The function returns `(tokens, stats)`, `stats` being the int32 `(2,)`
-    count of speculative steps and of the proposed tokens they kept."""
+    count of speculative steps and of the proposed tokens they kept. One
+    is built per request `shapes`, as by `compiled_decode_fn`."""
     functions = _COMPILED.of(model)
     # The proposer is part of the key: a model may be its own draft, and
     # then draft and prompt lookup both belong to `model`.
@@ -236,20 +282,18 @@ def compiled_speculative_fn(
         key = (sampler.config(), "draft", num_tokens)
     drafts = functions.setdefault(key, CompiledFunctions())
     owner = model if draft_model is None else draft_model  # lookup: no draft
-    compiled = drafts.of(owner)
-    if "decode" not in compiled:
-        compiled["decode"] = tf.function(
-            speculative_decode_function(
-                model,
-                sampler,
-                num_tokens,
-                draft_model=draft_model,
-                max_ngram_size=max_ngram_size,
-            ),
-            jit_compile=True,
-            reduce_retracing=False,
-        )
-    return compiled["decode"]
+    return compiled(
+        owner,
+        shapes,
+        lambda: speculative_decode_function(
+            model,
+            sampler,
+            num_tokens,
+            draft_model=draft_model,
+            max_ngram_size=max_ngram_size,
+        ),
+        drafts,
+    )
 
 
 def decode_function(model, sampler, use_cache=True):
@@ -278,7 +322,7 @@ def decode_function(model, sampler, use_cache=True):
             tokens = tf.repeat(tokens, beams, axis=0)
             source = tf.repeat(source, beams, axis=0)
         prompt_mask = tokens != 0
-        state = model.start_decoding(tokens, source, use_cache)
+        state = model.start_decoding(tokens, source, use_cache, prefill=start)
         # What does not change while decoding (a seq2seq model's encoder
         # output and cross-attention caches) stays out of the loop state:
         # the loop neither carries it nor reorders it for beam search.

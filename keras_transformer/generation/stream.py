@@ -18,8 +18,12 @@ import tensorflow as tf
 
 from keras_transformer import _validation as validation
 from keras_transformer.generation import loop
-from keras_transformer.generation.compiled import CompiledFunctions
-from keras_transformer.generation.decode import check_generative, check_request
+from keras_transformer.generation.decode import (
+    check_generative,
+    check_request,
+    compiled,
+    request_shapes,
+)
 from keras_transformer.generation.registry import get_sampler
 
 CHUNK_SIZE = 16  # positions per piece: few enough calls to keep the speed
@@ -30,8 +34,6 @@ CHUNK_SIZE = 16  # positions per piece: few enough calls to keep the speed
 # most is still a live stream).
 PIECE_SECONDS = 0.25
 GROWTH = 8  # the most a piece grows over the one before
-
-_COMPILED = CompiledFunctions()  # per model, until its variables change
 
 
 class ChunkedDecoding:
@@ -108,7 +110,6 @@ class ChunkedDecoding:
         )
         self.chunk_size = chunk_size
         self.steps = 0  # positions run so far (all rows at once)
-        self._begin, self._chunk = compiled_chunk_fns(model, sampler)
         if self.request is None:  # nothing to generate
             self.tokens = model.generation_inputs(inputs)[0]
             self.index = self.stop = self.tokens.shape[1]
@@ -116,6 +117,9 @@ class ChunkedDecoding:
             self.stop = int(self.request["stop"])
             self.tokens = self.request["tokens"][:, : self.stop]
             self.index = int(self.request["start"])  # positions below are filled
+            self._begin, self._chunk = compiled_chunk_fns(
+                model, sampler, request_shapes(self.request)
+            )
         self._done = np.zeros(len(self.tokens), bool)
 
     @property
@@ -134,7 +138,10 @@ class ChunkedDecoding:
         request = {k: tf.constant(v) for k, v in self.request.items()}
         tokens = request["tokens"]
         state = loop.DecodeState(
-            tokens, self._begin(tokens, request["source"]), request["start"], None
+            tokens,
+            self._begin(tokens, request["source"], request["start"]),
+            request["start"],
+            None,
         )
         spec = loop.DecodeSpec(
             request["stop"],
@@ -170,28 +177,28 @@ def _grown(size, seconds, target):
     return int(min(GROWTH * size, max(size, size * target / max(seconds, 1e-9))))
 
 
-def compiled_chunk_fns(model, sampler):
-    """`(begin, chunk)`, XLA-compiled and kept per model and sampler:
-    `begin(tokens, source) -> decoding state` reads the prompts into the KV
-    cache; `chunk(state, spec, until) -> state` runs the sampler's loop from
+def compiled_chunk_fns(model, sampler, shapes=None):
+    """`(begin, chunk)`, XLA-compiled and kept per model, sampler and
+    request `shapes` (as `compiled_decode_fn`'s):
+    `begin(tokens, source, start) -> decoding state` reads the prompts below
+    `start` into the KV cache; `chunk(state, spec, until) -> state` runs
+    the sampler's loop from
     a `loop.DecodeState` (its `cache` the model's decoding state) for the
     request's `loop.DecodeSpec` up to `until` (see
     `kt.generation.Sampler.run`)."""
-    functions = _COMPILED.of(model)
-    key = sampler.config()
-    if key not in functions:
-        functions[key] = tuple(
-            tf.function(f, jit_compile=True, reduce_retracing=False)
-            for f in chunk_functions(model, sampler)
-        )
-    return functions[key]
+    begin, chunk = chunk_functions(model, sampler)
+    key = ("stream", sampler.config(), shapes)
+    return (
+        compiled(model, key + ("begin",), lambda: begin),
+        compiled(model, key + ("chunk",), lambda: chunk),
+    )
 
 
 def chunk_functions(model, sampler):
     """The graph code of `compiled_chunk_fns`."""
 
-    def begin(tokens, source):
-        return model.start_decoding(tokens, source, True)
+    def begin(tokens, source, start):
+        return model.start_decoding(tokens, source, True, prefill=start)
 
     def chunk(state, spec, until):
         varying, fixed = model.split_decoding_state(state.cache)

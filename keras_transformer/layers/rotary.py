@@ -183,6 +183,7 @@ class RotaryEmbedding(keras.layers.Layer):
         self.rope_theta = rope_theta
         self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
         self.supports_masking = True
+        self.built = True  # no weights: `rotate` may be called before `call`
 
     def call(self, inputs, start_index=0):
         validation.check_rank("inputs", inputs.shape, 4)
@@ -192,6 +193,12 @@ class RotaryEmbedding(keras.layers.Layer):
                 f"Received: inputs with shape {tuple(inputs.shape)}"
             )
         cos, sin = self.cos_sin(ops.shape(inputs)[1], start_index, inputs.dtype)
+        return self.rotate(inputs, cos, sin)
+
+    def rotate(self, inputs, cos, sin):
+        """`inputs` `(B, T, H, D)` rotated by `cos_sin`'s angles: what
+        `call` does, for callers that rotate several tensors (queries and
+        keys) by the same positions and compute the angles once."""
         half = self.head_dim // 2
         rotated = ops.concatenate([-inputs[..., half:], inputs[..., :half]], axis=-1)
         return inputs * cos + rotated * sin

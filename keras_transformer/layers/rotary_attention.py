@@ -200,8 +200,9 @@ class RotaryAttention(MultiHeadAttention):
 
     def _add_positions(self, q, k, start_index):
         start = 0 if start_index is None else start_index
-        rotate = self.rotary_embedding
-        return rotate(q, start_index=start), rotate(k, start_index=start)
+        rotary = self.rotary_embedding
+        cos, sin = rotary.cos_sin(ops.shape(q)[1], start, q.dtype)  # once for both
+        return rotary.rotate(q, cos, sin), rotary.rotate(k, cos, sin)
 
     def _attention_mask(
         self, query, value, key, attention_mask, use_causal_mask, cache, index

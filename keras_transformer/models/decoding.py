@@ -13,9 +13,13 @@ or a `Seq2SeqLM` (encoder-decoder, like `Seq2Seq`) for
   padded for the decode loop (to `length`, a multiple of the loop's bucket,
   unless the model needs its own length), in numpy or in a graph;
   `source_mask(source)`: bool, True where the decoder may attend;
-- `start_decoding(tokens, source, use_cache)`: the decoding state after
-  reading the prompt buffer `tokens` `(B, L)` (and the padded `source`):
-  filled KV caches, or what an uncached step needs;
+- `start_decoding(tokens, source, use_cache, prefill=None)`: the decoding
+  state after reading the prompt buffer `tokens` `(B, L)` (and the padded
+  `source`): filled KV caches, or what an uncached step needs. With
+  `prefill` (an int32 scalar), only the positions below it need to be read
+  (the decode loop computes the rest): a decoder-only model reads them in
+  `PREFILL_CHUNK`-token pieces, so that its compiled loop's shapes depend
+  on the buffer's length alone, not on the prompt's;
 - `next_logits(tokens, state, index, use_cache)`: float logits `(B, V)` for
   position `index` given the tokens before it, and the updated state;
 - for speculative and prompt-lookup decoding (decoder-only models),
@@ -48,6 +52,7 @@ Shape legend: B batch, L buffer length, S source length, H heads, D head size,
 E hidden size.
 """
 
+import math
 from typing import NamedTuple
 
 import keras
@@ -91,9 +96,11 @@ class CausalLM(DecodingStateMixin, keras.Model):
     def generation_inputs(self, inputs):
         return token_ids("inputs", inputs, self.vocabulary_size), None
 
-    def start_decoding(self, tokens, source, use_cache):
+    def start_decoding(self, tokens, source, use_cache, prefill=None):
         if not use_cache:
             return ()
+        if prefill is not None:
+            return prefill_in_chunks(self._forward, self.blocks, tokens, prefill)
         _, caches = self._forward(tokens, empty_caches(self.blocks, tokens), 0)
         return caches  # prefilled with the whole prompt buffer
 
@@ -223,7 +230,8 @@ class Seq2SeqLM(keras.Model):
         """What each decoder block reads from `context` at every step."""
         return [b.compute_cross_attention_cache(context) for b in self.decoder_blocks]
 
-    def start_decoding(self, tokens, source, use_cache):
+    def start_decoding(self, tokens, source, use_cache, prefill=None):
+        # The decoder's prompt is short (a start token): it is read whole.
         context = self.encode(source)
         context_mask = self.source_mask(source)
         if not use_cache:
@@ -277,6 +285,34 @@ class Seq2SeqLM(keras.Model):
         raise NotImplementedError(
             f"{type(self).__name__} must implement `encode` and `_decode`."
         )
+
+
+PREFILL_CHUNK = 32  # tokens a chunked prefill reads at once
+
+
+def prefill_in_chunks(forward, blocks, tokens, prefill, chunk=PREFILL_CHUNK):
+    """The KV caches after reading `tokens[:, :prefill]` (at least) in
+    pieces, one cached `forward(piece, caches, index)` per piece in a loop:
+    the traced graph holds one piece's pass whatever the prompt's length,
+    and no more of the buffer is read than needed.
+
+    A piece is `gcd(L, chunk)` tokens, so that pieces tile the buffer (a
+    model's positions end at its `max_sequence_length`, which need not be
+    a multiple of `chunk`). A buffer of unknown length is read whole."""
+    batch, length = ops.shape(tokens)[0], ops.shape(tokens)[1]
+    caches = empty_caches(blocks, tokens)
+    if not isinstance(length, int):
+        return forward(tokens, caches, 0)[1]
+    chunk = math.gcd(length, chunk)
+
+    def body(i, caches):
+        piece = ops.slice(tokens, [0, i * chunk], [batch, chunk])  # (B, chunk)
+        _, caches = forward(piece, caches, i * chunk)
+        return i + 1, caches
+
+    pieces = (ops.convert_to_tensor(prefill, "int32") + chunk - 1) // chunk
+    _, caches = ops.while_loop(lambda i, _: i < pieces, body, (0, caches))
+    return caches
 
 
 def empty_caches(blocks, tokens):

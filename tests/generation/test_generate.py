@@ -96,14 +96,34 @@ def test_end_token_and_seeded_sampling(gpt):
     np.testing.assert_array_equal(a, b)
 
 
-def test_compiled_loop_is_reused_across_calls(gpt):
-    kt.generation.generate(gpt, PROMPTS, max_new_tokens=3)
-    decode = kt.generation.compiled_decode_fn(gpt, kt.generation.GreedySampler())
-    traces = decode.experimental_get_tracing_count()
-    # Same batch size and length bucket, other prompts and lengths: no retrace.
-    kt.generation.generate(gpt, PROMPTS[:, :4] + 1, max_new_tokens=9)
-    kt.generation.generate(gpt, PROMPTS + 2, max_new_tokens=20)
-    assert decode.experimental_get_tracing_count() == traces
+def compiles(caplog):
+    """How many new compiled functions the log has announced."""
+    return sum("Compiling a new function" in r.getMessage() for r in caplog.records)
+
+
+def test_a_conversation_reuses_one_compiled_loop_and_never_retraces(caplog):
+    """Prompts growing from 3 to 200 tokens (several prefill pieces, rows of
+    mixed lengths) share one buffer length, so one compiled loop; each
+    equals the uncached decoding."""
+    keras.utils.set_random_seed(1)
+    model = spread_weights(
+        kt.models.gpt2(40, num_layers=1, num_heads=2, hidden_dim=8,
+                       intermediate_dim=16, max_sequence_length=512)
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    caplog.set_level("DEBUG", logger="keras_transformer.generation.decode")
+    for length in (3, 40, 90, 140, 200):
+        prompts = rng.integers(1, 40, (2, length))
+        prompts[1, length // 2 :] = 0  # a shorter row: it reads its prompt in steps
+        cached = kt.generation.generate(model, prompts, max_new_tokens=6)
+        uncached = kt.generation.generate(
+            model, prompts, max_new_tokens=6, use_cache=False
+        )
+        np.testing.assert_array_equal(cached, uncached)
+        assert compiles(caplog) == 2  # the cached loop and the uncached, once
+    assert not [r for r in caplog.records if "retracing" in r.getMessage()]
+    kt.generation.generate(model, rng.integers(1, 40, (2, 300)), max_new_tokens=6)
+    assert compiles(caplog) == 3  # 306 positions: the next buffer length
 
 
 def test_bad_arguments(gpt):

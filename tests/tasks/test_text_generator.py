@@ -355,7 +355,7 @@ class ScriptedLM(kt.models.CausalLM):
         self.vocabulary_size = vocabulary_size
         self.max_sequence_length = max_sequence_length
 
-    def start_decoding(self, tokens, source, use_cache):
+    def start_decoding(self, tokens, source, use_cache, prefill=None):
         return tf.zeros(tf.shape(tokens)[:1])
 
     def next_logits(self, tokens, state, index, use_cache):
