@@ -79,3 +79,16 @@ def _release_after_module(request):
                 f"{worker} {request.module.__name__} {before} {after} "
                 f"{_rss_mb()} {time.monotonic() - start:.0f}s\n"
             )
+
+
+@pytest.fixture(autouse=True)
+def _no_compile_cache_leaks():
+    """A test (or docs example) that calls `kt.generation.enable_compile_cache`
+    leaves `TF_XLA_FLAGS` as it found it, for the processes later tests
+    start."""
+    before = os.environ.get("TF_XLA_FLAGS")
+    yield
+    if before is None:
+        os.environ.pop("TF_XLA_FLAGS", None)
+    else:
+        os.environ["TF_XLA_FLAGS"] = before
