@@ -29,7 +29,7 @@ BUCKET = 32  # source lengths are rounded up to a multiple of this
 # Buffer lengths are powers of two from this one (or the model's limit): a
 # conversation's growing prompts reuse a few compiled loops. The loop reads
 # only the prompt's positions (in pieces), so a longer buffer costs little.
-MIN_BUFFER = 256
+MIN_BUFFER = 512
 
 logger = logging.getLogger(__name__)
 
@@ -210,8 +210,8 @@ def buffer_length(needed, limit):
 
     Examples:
         >>> from keras_transformer.generation.decode import buffer_length
-        >>> buffer_length(40, 8192), buffer_length(300, 8192), buffer_length(300, 320)
-        (256, 512, 320)
+        >>> buffer_length(40, 8192), buffer_length(600, 8192), buffer_length(300, 320)
+        (512, 1024, 320)
     """
     length = MIN_BUFFER
     while length < needed:

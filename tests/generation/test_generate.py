@@ -108,7 +108,7 @@ def test_a_conversation_reuses_one_compiled_loop_and_never_retraces(caplog):
     keras.utils.set_random_seed(1)
     model = spread_weights(
         kt.models.gpt2(40, num_layers=1, num_heads=2, hidden_dim=8,
-                       intermediate_dim=16, max_sequence_length=512)
+                       intermediate_dim=16, max_sequence_length=1024)
     )  # fmt: skip
     rng = np.random.default_rng(0)
     caplog.set_level("DEBUG", logger="keras_transformer.generation.decode")
@@ -122,8 +122,8 @@ def test_a_conversation_reuses_one_compiled_loop_and_never_retraces(caplog):
         np.testing.assert_array_equal(cached, uncached)
         assert compiles(caplog) == 2  # the cached loop and the uncached, once
     assert not [r for r in caplog.records if "retracing" in r.getMessage()]
-    kt.generation.generate(model, rng.integers(1, 40, (2, 300)), max_new_tokens=6)
-    assert compiles(caplog) == 3  # 306 positions: the next buffer length
+    kt.generation.generate(model, rng.integers(1, 40, (2, 510)), max_new_tokens=6)
+    assert compiles(caplog) == 3  # 516 positions: the next buffer length
 
 
 def test_bad_arguments(gpt):
