@@ -2,6 +2,7 @@
 `model.safetensors` (or shards listed in `model.safetensors.index.json`),
 read and written with the `safetensors` package's numpy API (no torch)."""
 
+import collections.abc
 import json
 import os
 
@@ -73,8 +74,10 @@ def _shards(path):
 def read_weights(path, dtype="float32"):
     """All tensors of the folder as a dict of numpy arrays, cast to `dtype`
     (`"float32"`, `"float16"` or `"bfloat16"`; None keeps each tensor's
-    stored type). Files holding bfloat16 tensors are mapped, not read: a
-    bfloat16 tensor kept as bfloat16 is never copied here."""
+    stored type). With `dtype=None`, files holding bfloat16 tensors are
+    not read here: the mapping reads each tensor when it is looked up
+    (`TensorFile`), so a loader that assigns one tensor at a time holds
+    one at a time."""
     from safetensors.numpy import load_file
 
     if os.path.isfile(os.path.join(path, INDEX)):
@@ -92,7 +95,7 @@ def read_weights(path, dtype="float32"):
             f"No {WEIGHTS} or {INDEX} in the checkpoint folder.{hint} "
             f"Received: path={path!r}"
         )
-    weights = {}
+    weights = TensorFile()
     for name in files:
         file = os.path.join(path, name)
         if not os.path.isfile(file):
@@ -102,9 +105,9 @@ def read_weights(path, dtype="float32"):
         try:
             size, header = _header(file)
             if any(entry.get("dtype") == "BF16" for entry in header.values()):
-                weights.update(_map_tensors(file, size, header))
+                weights.add_file(file, size, header)
             else:
-                weights.update(load_file(file))
+                weights.add_arrays(load_file(file))
         except Exception as error:  # safetensors raises its own error types
             raise ValueError(
                 f"Cannot read {file!r} as safetensors (broken or truncated?): {error}"
@@ -112,7 +115,7 @@ def read_weights(path, dtype="float32"):
     if dtype is None:
         return weights
     dtype = numpy_dtype(dtype)
-    return {k: v.astype(dtype, copy=False) for k, v in weights.items()}
+    return {k: weights[k].astype(dtype, copy=False) for k in weights}
 
 
 def numpy_dtype(name):
@@ -125,7 +128,7 @@ def numpy_dtype(name):
     return np.dtype(name)
 
 
-# safetensors' dtype names of the tensors `_map_tensors` reads and
+# safetensors' dtype names of the tensors `TensorFile` reads and
 # `_write_tensors` writes.
 DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}
 
@@ -142,21 +145,49 @@ def _header(file):
     return size, header
 
 
-def _map_tensors(file, size, header):
-    """The tensors of a safetensors file, as views of its memory map (the
-    safetensors package's numpy API has no bfloat16)."""
-    data = np.memmap(file, dtype=np.uint8, mode="r", offset=8 + size)
-    tensors = {}
-    for name, entry in header.items():
-        if entry.get("dtype") not in DTYPES:
-            raise ValueError(f"tensor {name!r} has dtype {entry.get('dtype')!r}")
-        start, end = entry["data_offsets"]
-        dtype = numpy_dtype(DTYPES[entry["dtype"]])
-        count = int(np.prod(entry["shape"]))
-        if end > data.size or end - start != dtype.itemsize * count:
-            raise ValueError(f"tensor {name!r} does not fit its bytes")
-        tensors[name] = data[start:end].view(dtype).reshape(entry["shape"])
-    return tensors
+class TensorFile(collections.abc.Mapping):
+    """A checkpoint's tensors by name: arrays already read, and tensors of
+    safetensors files read from the file each time they are looked up (the
+    safetensors package's numpy API has no bfloat16). Nothing read is kept,
+    so a loader's memory holds the tensors it holds, not the file."""
+
+    def __init__(self):
+        self._arrays = {}
+        self._entries = {}  # name -> (file, offset, dtype, shape)
+
+    def add_arrays(self, arrays):
+        self._arrays.update(arrays)
+
+    def add_file(self, file, size, header):
+        """Adds the tensors of a safetensors file (its header's `size` and
+        entries), checked against the file's length."""
+        data_size = os.path.getsize(file) - 8 - size
+        for name, entry in header.items():
+            if entry.get("dtype") not in DTYPES:
+                raise ValueError(f"tensor {name!r} has dtype {entry.get('dtype')!r}")
+            start, end = entry["data_offsets"]
+            dtype = numpy_dtype(DTYPES[entry["dtype"]])
+            count = int(np.prod(entry["shape"]))
+            if end > data_size or end - start != dtype.itemsize * count:
+                raise ValueError(f"tensor {name!r} does not fit its bytes")
+            shape = tuple(entry["shape"])
+            self._entries[name] = (file, 8 + size + start, dtype, shape)
+
+    def __getitem__(self, name):
+        if name in self._arrays:
+            return self._arrays[name]
+        file, offset, dtype, shape = self._entries[name]
+        array = np.empty(shape, dtype)
+        with open(file, "rb") as f:
+            f.seek(offset)
+            f.readinto(memoryview(array.reshape(-1).view(np.uint8)))
+        return array
+
+    def __iter__(self):
+        return iter([*self._arrays, *self._entries])
+
+    def __len__(self):
+        return len(self._arrays) + len(self._entries)
 
 
 def _write_tensors(weights, file, metadata):
@@ -287,7 +318,7 @@ def assign(pairs, weights, find_key, ignored=()):
         ValueError: a tensor missing, of the wrong shape, or unused; checked
             for every tensor before anything is assigned.
     """
-    values, used = [], set()
+    values, used = [], set()  # checked first, one tensor at a time
     for name, variables, (to_ours, _) in pairs:
         key = find_key(weights, name)
         used.add(key)
@@ -309,7 +340,8 @@ def assign(pairs, weights, find_key, ignored=()):
                     + (f", {len(variables)} times" if several else "")
                     + ")."
                 )
-            values.append((variable, value))
+        values.append((key, variables, to_ours, several))
+        arrays = value = None  # not kept: converted again when assigned
     unused = sorted(
         key
         for key in set(weights) - used
@@ -320,8 +352,34 @@ def assign(pairs, weights, find_key, ignored=()):
             f"The checkpoint has {len(unused)} tensor(s) this architecture does "
             f"not use: {unused[:5]}"
         )
-    for variable, value in values:
+    for key, variables, to_ours, several in values:  # then assigned, one by one
+        arrays = to_ours(weights[key])
+        for variable, value in zip(
+            variables, arrays if several else (arrays,), strict=True
+        ):
+            assign_value(variable, value)
+        arrays = value = None
+
+
+BLOCK_BYTES = 1 << 25  # a large tensor crosses into TensorFlow 32 MB at a time
+
+
+def assign_value(variable, value):
+    """`variable.assign(value)`, in blocks of rows when `value` is large:
+    TensorFlow then never holds a second whole copy of a tensor beside the
+    variable (a bfloat16 0.5B model's embedding is 272 MB), so loading
+    needs little more memory than the weights themselves."""
+    value = np.asarray(value)
+    if value.ndim == 0 or value.nbytes <= BLOCK_BYTES:
         variable.assign(value)
+        return
+    rows = value.shape[0]
+    step = max(1, rows * BLOCK_BYTES // value.nbytes)
+    target = variable.value  # the backend's variable: its rows assign in place
+    for start in range(0, rows, step):
+        target[start : start + step].assign(
+            np.ascontiguousarray(value[start : start + step])
+        )
 
 
 def tensors(pairs):

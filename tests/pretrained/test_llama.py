@@ -287,6 +287,28 @@ def test_bfloat16_folder_kept_in_bfloat16(reference, tmp_path):
         assert f.read() == g.read()  # byte for byte transformers' file
 
 
+def test_loading_holds_one_tensor_at_a_time_and_assigns_large_ones_in_rows(
+    tmp_path, monkeypatch
+):
+    """The folder's tensors are read when looked up, not kept; a tensor over
+    `BLOCK_BYTES` crosses into its variable a block of rows at a time (here
+    every tensor over 256 bytes): the weights are still the file's, bit for
+    bit."""
+    checkpoint = llama_checkpoints.checkpoint
+    stored = checkpoint.read_weights(folder("qwen2_tiny_bf16"), None)
+    key = "model.embed_tokens.weight"
+    assert stored[key] is not stored[key]  # read again: nothing kept
+    np.testing.assert_array_equal(stored[key], stored[key])
+    monkeypatch.setattr(checkpoint, "BLOCK_BYTES", 256)
+    model = kt.models.from_pretrained(folder("qwen2_tiny_bf16"), dtype="bfloat16")
+    saved = kt.models.save_pretrained(model, tmp_path / "bf16")
+    with (
+        open(os.path.join(saved, "model.safetensors"), "rb") as f,
+        open(os.path.join(folder("qwen2_tiny_bf16"), "model.safetensors"), "rb") as g,
+    ):
+        assert f.read() == g.read()
+
+
 def test_bfloat16_greedy_tokens_are_transformers_bfloat16_tokens(reference):
     # transformers' bfloat16 run and ours round in different places (see
     # test_rotary_attention.py), so a step whose top two logits are within
