@@ -1,8 +1,9 @@
-"""Greedy decoding of today's decoders at real size: ours, transformers and
-KerasHub side by side, against this machine's memory-bandwidth ceiling.
+"""Greedy decoding at real size: ours, transformers and KerasHub side by
+side, against this machine's memory-bandwidth ceiling.
 
 For each size (random weights shaped like SmolLM2-135M and Qwen2.5-0.5B,
-float32), in one run:
+or GPT-2 small with `--sizes gpt2_small`, float32; or a real checkpoint's
+folder with `--folder`), in one run:
 
 - ours: `kt.models.llama(preset)` with random weights, decoded by
   `kt.generation.generate` (the XLA-compiled KV-cache loop);
@@ -118,6 +119,19 @@ def ceiling(model, repeats=20):
 def keras_hub_model(name, config):
     import keras_hub
 
+    if name.startswith("gpt2"):
+        backbone = keras_hub.models.GPT2Backbone(
+            vocabulary_size=config["vocabulary_size"] - 1,
+            num_layers=config["num_layers"],
+            num_heads=config["num_heads"],
+            hidden_dim=config["hidden_dim"],
+            intermediate_dim=config["intermediate_dim"],
+            max_sequence_length=config["max_sequence_length"],
+            dropout=0.0,
+        )
+        model = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
+        model.compile(sampler="greedy")
+        return model
     shared = dict(
         vocabulary_size=config["vocabulary_size"] - 1,
         num_layers=config["num_layers"],
@@ -151,6 +165,9 @@ def decode_contenders(name, new, batches, repeats, folder=None):
         ours = kt.models.from_pretrained(folder)
         config = ours.get_config()
         name = f"{name} (real weights: {folder})"
+    elif name.startswith("gpt2"):  # GPT-2's learned positions: its own length
+        config = dict(kt.models.PRESETS[name]["config"], dropout=0.0)
+        ours = kt.models.gpt2(**config)
     else:
         config = dict(kt.models.PRESETS[name]["config"])
         config["max_sequence_length"] = PROMPT + new
