@@ -14,6 +14,7 @@ Shape legend: B batch, P prompt length, L buffer length (a bucket >= P +
 max_new_tokens), S source length.
 """
 
+import inspect
 import logging
 
 import numpy as np
@@ -322,7 +323,7 @@ def decode_function(model, sampler, use_cache=True):
             tokens = tf.repeat(tokens, beams, axis=0)
             source = tf.repeat(source, beams, axis=0)
         prompt_mask = tokens != 0
-        state = model.start_decoding(tokens, source, use_cache, prefill=start)
+        state = read_prompt(model, tokens, source, use_cache, start)
         # What does not change while decoding (a seq2seq model's encoder
         # output and cross-attention caches) stays out of the loop state:
         # the loop neither carries it nor reorders it for beam search.
@@ -339,6 +340,15 @@ def decode_function(model, sampler, use_cache=True):
         )
 
     return decode
+
+
+def read_prompt(model, tokens, source, use_cache, start):
+    """`model.start_decoding(tokens, source, use_cache, prefill=start)`, or
+    without `prefill` for a model whose `start_decoding` does not take it
+    (one written before it existed: it reads the whole buffer, as then)."""
+    if "prefill" in inspect.signature(model.start_decoding).parameters:
+        return model.start_decoding(tokens, source, use_cache, prefill=start)
+    return model.start_decoding(tokens, source, use_cache)
 
 
 def check_generative(model, name):

@@ -22,6 +22,7 @@ from keras_transformer.generation.decode import (
     check_generative,
     check_request,
     compiled,
+    read_prompt,
     request_shapes,
 )
 from keras_transformer.generation.registry import get_sampler
@@ -198,7 +199,7 @@ def chunk_functions(model, sampler):
     """The graph code of `compiled_chunk_fns`."""
 
     def begin(tokens, source, start):
-        return model.start_decoding(tokens, source, True, prefill=start)
+        return read_prompt(model, tokens, source, True, start)
 
     def chunk(state, spec, until):
         varying, fixed = model.split_decoding_state(state.cache)

@@ -19,7 +19,8 @@ or a `Seq2SeqLM` (encoder-decoder, like `Seq2Seq`) for
   `prefill` (an int32 scalar), only the positions below it need to be read
   (the decode loop computes the rest): a decoder-only model reads them in
   `PREFILL_CHUNK`-token pieces, so that its compiled loop's shapes depend
-  on the buffer's length alone, not on the prompt's;
+  on the buffer's length alone, not on the prompt's (a model whose
+  `start_decoding` takes no `prefill` is given the whole buffer to read);
 - `next_logits(tokens, state, index, use_cache)`: float logits `(B, V)` for
   position `index` given the tokens before it, and the updated state;
 - for speculative and prompt-lookup decoding (decoder-only models),

@@ -355,7 +355,9 @@ class ScriptedLM(kt.models.CausalLM):
         self.vocabulary_size = vocabulary_size
         self.max_sequence_length = max_sequence_length
 
-    def start_decoding(self, tokens, source, use_cache, prefill=None):
+    # Without `prefill`, as a model written before it: generate reads the
+    # whole buffer.
+    def start_decoding(self, tokens, source, use_cache):
         return tf.zeros(tf.shape(tokens)[:1])
 
     def next_logits(self, tokens, state, index, use_cache):
