@@ -23,7 +23,10 @@ import tensorflow as tf
 from keras_transformer import _validation as validation
 from keras_transformer.generation.compiled import CompiledFunctions
 from keras_transformer.generation.registry import get_sampler
-from keras_transformer.generation.speculative import speculative_decode_function
+from keras_transformer.generation.speculative import (
+    check_speculation,
+    speculative_decode_function,
+)
 from keras_transformer.models.decoding import CausalLM, Seq2SeqLM
 
 BUCKET = 32  # source lengths are rounded up to a multiple of this
@@ -113,7 +116,7 @@ def generate(
     """
     check_generative(model, "model")
     sampler = get_sampler(sampler, **sampler_args)
-    speculation = _check_speculation(
+    speculation = check_speculation(
         model,
         sampler,
         use_cache,
@@ -359,61 +362,3 @@ def check_generative(model, name):
             f"kt.models.Seq2SeqLM (such as kt.models.Seq2Seq). Received: "
             f"{name}={validation.describe(model)}"
         )
-
-
-def _check_speculation(
-    model,
-    sampler,
-    use_cache,
-    draft_model,
-    num_tokens,
-    lookup_tokens,
-    max_ngram_size,
-):
-    """The checked speculative settings as `compiled_speculative_fn`
-    keyword arguments, or None for plain decoding."""
-    if draft_model is None and lookup_tokens is None:
-        if num_tokens is not None:
-            raise ValueError(
-                "`num_speculative_tokens` needs a `draft_model`. "
-                f"Received: num_speculative_tokens={num_tokens!r}, draft_model=None"
-            )
-        return None
-    if draft_model is not None and lookup_tokens is not None:
-        raise ValueError(
-            "Give either a `draft_model` or `prompt_lookup_num_tokens`, not both. "
-            f"Received: prompt_lookup_num_tokens={lookup_tokens!r} with a draft_model"
-        )
-    name = "draft_model" if draft_model is not None else "prompt_lookup_num_tokens"
-    if not isinstance(model, CausalLM):
-        raise ValueError(
-            f"`{name}` works with decoder-only models (kt.models.CausalLM). "
-            f"Received: model={validation.describe(model)}"
-        )
-    if not sampler.supports_speculation:
-        raise ValueError(
-            f"`{name}` works with the greedy, temperature, top_k and top_p "
-            f"samplers, not beam search. Received: sampler={type(sampler).__name__}"
-        )
-    if not use_cache:
-        raise ValueError(
-            f"`{name}` decodes with the KV cache. Received: use_cache=False"
-        )
-    if draft_model is None:
-        validation.check_positive_int("prompt_lookup_num_tokens", lookup_tokens)
-        validation.check_positive_int("prompt_lookup_max_ngram_size", max_ngram_size)
-        return {"num_tokens": lookup_tokens, "max_ngram_size": max_ngram_size}
-    if not isinstance(draft_model, CausalLM):
-        raise ValueError(
-            "`draft_model` must be a kt.models.CausalLM (such as kt.models.GPT2). "
-            f"Received: draft_model={validation.describe(draft_model)}"
-        )
-    if draft_model.output_vocabulary_size != model.output_vocabulary_size:
-        raise ValueError(
-            "`draft_model` must share the model's vocabulary: its "
-            f"vocabulary_size is {draft_model.output_vocabulary_size}, the "
-            f"model's {model.output_vocabulary_size}."
-        )
-    num_tokens = 4 if num_tokens is None else num_tokens
-    validation.check_positive_int("num_speculative_tokens", num_tokens)
-    return {"num_tokens": num_tokens, "draft_model": draft_model}

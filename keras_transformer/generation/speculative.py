@@ -37,7 +37,9 @@ vocabulary.
 
 import tensorflow as tf
 
+from keras_transformer import _validation as validation
 from keras_transformer.generation import loop
+from keras_transformer.models.decoding import CausalLM
 
 
 def speculative_decode_function(
@@ -299,3 +301,61 @@ def draw(probs, seed):
     """One id per row drawn from `probs` `(B, V)` (an argmax when one-hot)."""
     logits = tf.where(probs > 0, tf.math.log(probs), -float("inf"))
     return tf.cast(tf.random.stateless_categorical(logits, 1, seed)[:, 0], tf.int32)
+
+
+def check_speculation(
+    model,
+    sampler,
+    use_cache,
+    draft_model,
+    num_tokens,
+    lookup_tokens,
+    max_ngram_size,
+):
+    """The checked speculative settings as `compiled_speculative_fn`
+    keyword arguments, or None for plain decoding."""
+    if draft_model is None and lookup_tokens is None:
+        if num_tokens is not None:
+            raise ValueError(
+                "`num_speculative_tokens` needs a `draft_model`. "
+                f"Received: num_speculative_tokens={num_tokens!r}, draft_model=None"
+            )
+        return None
+    if draft_model is not None and lookup_tokens is not None:
+        raise ValueError(
+            "Give either a `draft_model` or `prompt_lookup_num_tokens`, not both. "
+            f"Received: prompt_lookup_num_tokens={lookup_tokens!r} with a draft_model"
+        )
+    name = "draft_model" if draft_model is not None else "prompt_lookup_num_tokens"
+    if not isinstance(model, CausalLM):
+        raise ValueError(
+            f"`{name}` works with decoder-only models (kt.models.CausalLM). "
+            f"Received: model={validation.describe(model)}"
+        )
+    if not sampler.supports_speculation:
+        raise ValueError(
+            f"`{name}` works with the greedy, temperature, top_k and top_p "
+            f"samplers, not beam search. Received: sampler={type(sampler).__name__}"
+        )
+    if not use_cache:
+        raise ValueError(
+            f"`{name}` decodes with the KV cache. Received: use_cache=False"
+        )
+    if draft_model is None:
+        validation.check_positive_int("prompt_lookup_num_tokens", lookup_tokens)
+        validation.check_positive_int("prompt_lookup_max_ngram_size", max_ngram_size)
+        return {"num_tokens": lookup_tokens, "max_ngram_size": max_ngram_size}
+    if not isinstance(draft_model, CausalLM):
+        raise ValueError(
+            "`draft_model` must be a kt.models.CausalLM (such as kt.models.GPT2). "
+            f"Received: draft_model={validation.describe(draft_model)}"
+        )
+    if draft_model.output_vocabulary_size != model.output_vocabulary_size:
+        raise ValueError(
+            "`draft_model` must share the model's vocabulary: its "
+            f"vocabulary_size is {draft_model.output_vocabulary_size}, the "
+            f"model's {model.output_vocabulary_size}."
+        )
+    num_tokens = 4 if num_tokens is None else num_tokens
+    validation.check_positive_int("num_speculative_tokens", num_tokens)
+    return {"num_tokens": num_tokens, "draft_model": draft_model}
