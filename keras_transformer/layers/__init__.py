@@ -5,8 +5,9 @@
 embeddings), `rotary.py` (rotary positions), `block.py` with `encoder.py` and
 `decoder.py` (the blocks), `rotary_attention.py`, `normalization.py` (RMS),
 `feedforward.py` (SwiGLU) and `rotary_block.py` (the Llama-family block),
-`patch.py` (image patches), `heads.py` (what sits on the logits:
-`LogitsBias`, `exclude_padding_logit`), `activations.py`.
+`relative_position.py` (T5's relative position bias), `patch.py` (image
+patches), `heads.py` (what sits on the logits: `LogitsBias`,
+`exclude_padding_logit`), `activations.py`.
 """
 
 from keras_transformer.layers.activations import gelu_approximate
@@ -22,6 +23,7 @@ from keras_transformer.layers.masking import causal_mask
 from keras_transformer.layers.normalization import RMSNormalization
 from keras_transformer.layers.patch import PatchEmbedding
 from keras_transformer.layers.position import PositionalEmbedding, sinusoidal_encoding
+from keras_transformer.layers.relative_position import RelativePositionBias
 from keras_transformer.layers.rotary import RotaryEmbedding, rotary_inverse_frequencies
 from keras_transformer.layers.rotary_attention import RotaryAttention
 from keras_transformer.layers.rotary_block import RotaryDecoderBlock
@@ -34,6 +36,7 @@ __all__ = [
     "PatchEmbedding",
     "PositionalEmbedding",
     "RMSNormalization",
+    "RelativePositionBias",
     "RotaryAttention",
     "RotaryDecoderBlock",
     "RotaryEmbedding",

@@ -43,6 +43,9 @@ class TransformerEncoderBlock(TransformerBlockBase):
         attention_mask: boolean `(B, T, T)`, True = may attend; combined with
             the padding mask.
         training: whether dropout is active.
+        position_bias: optional float `(B, H, T, T)` (any axis may be 1)
+            added to the self-attention's scores, such as T5's relative
+            positions (`kt.layers.RelativePositionBias`).
 
     Returns:
         `(B, T, E)`.
@@ -64,13 +67,22 @@ class TransformerEncoderBlock(TransformerBlockBase):
         self._build_sublayers(inputs_shape)
         self.built = True
 
-    def call(self, inputs, padding_mask=None, attention_mask=None, training=None):
+    def call(
+        self,
+        inputs,
+        padding_mask=None,
+        attention_mask=None,
+        training=None,
+        position_bias=None,
+    ):
         check_block_inputs(inputs, padding_mask, attention_mask)
         if padding_mask is None:
             padding_mask = keras_mask(inputs)
         mask = merge_masks(padding_attention_mask(padding_mask), attention_mask)
         norm = self.self_attention_layer_norm
         h = self._sublayer_input(inputs, norm)
-        h = self.self_attention_layer(h, attention_mask=mask, training=training)
+        h = self.self_attention_layer(
+            h, attention_mask=mask, training=training, position_bias=position_bias
+        )
         x = self._residual(inputs, h, norm, self.self_attention_dropout, training)
         return self._feedforward(x, training)

@@ -3,7 +3,7 @@ factories and presets.
 
 Each family is one module: `bert.py` (`BERT`; its heads in `bert_heads.py`),
 `gpt.py` (`GPT2`), `llama.py` (`Llama`: Llama, Mistral, Qwen2),
-`seq2seq.py` (`Seq2Seq`), `vit.py` (`ViT`). `base.py`
+`seq2seq.py` (`Seq2Seq`), `t5.py` (`T5`: T5, FLAN-T5), `vit.py` (`ViT`). `base.py`
 holds what every class shares (size checks, the initializer, the config with
 its dtype policy, presets: `presets.py`), `decoding.py` the small protocol
 (`CausalLM`, `Seq2SeqLM`) that generation and export decode through.
@@ -23,6 +23,7 @@ from keras_transformer.models.gpt import GPT2, gpt2
 from keras_transformer.models.llama import Llama, llama
 from keras_transformer.models.presets import PRESETS
 from keras_transformer.models.seq2seq import Seq2Seq, seq2seq
+from keras_transformer.models.t5 import T5, t5
 from keras_transformer.models.vit import ViT, vit
 
 # Last: the checkpoint converters build the classes above.
@@ -39,6 +40,7 @@ __all__ = [
     "CausalLM",
     "Seq2Seq",
     "Seq2SeqLM",
+    "T5",
     "ViT",
     "bert",
     "bert_classifier",
@@ -49,5 +51,6 @@ __all__ = [
     "llama",
     "save_pretrained",
     "seq2seq",
+    "t5",
     "vit",
 ]

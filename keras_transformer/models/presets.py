@@ -203,4 +203,70 @@ PRESETS = {
         ),  # fmt: skip
         "parameters": 7_241_732_096,
     },
+    # T5 (v1.0: ReLU, tied) and FLAN-T5 (gated GELU, untied): 32,128 ids
+    # + our padding id 0; counts as transformers counts the checkpoints.
+    "t5_tiny": {
+        "family": "t5",
+        "config": dict(
+            vocabulary_size=513,
+            num_layers=2,
+            num_heads=4,
+            hidden_dim=64,
+            intermediate_dim=128,
+            max_sequence_length=256,
+        ),  # fmt: skip
+        "parameters": 197_632,
+    },
+    "t5_small": {
+        "family": "t5",
+        "config": dict(
+            vocabulary_size=32129,
+            num_layers=6,
+            num_heads=8,
+            hidden_dim=512,
+            intermediate_dim=2048,
+            key_dim=64,
+        ),  # fmt: skip
+        "parameters": 60_506_624,
+    },
+    "t5_base": {
+        "family": "t5",
+        "config": dict(
+            vocabulary_size=32129,
+            num_layers=12,
+            num_heads=12,
+            hidden_dim=768,
+            intermediate_dim=3072,
+            key_dim=64,
+        ),  # fmt: skip
+        "parameters": 222_903_552,
+    },
+    "flan_t5_small": {
+        "family": "t5",
+        "config": dict(
+            vocabulary_size=32129,
+            num_layers=8,
+            num_heads=6,
+            hidden_dim=512,
+            intermediate_dim=1024,
+            key_dim=64,
+            feedforward="gated-gelu",
+            tie_embeddings=False,
+        ),  # fmt: skip
+        "parameters": 76_961_152,
+    },
+    "flan_t5_base": {
+        "family": "t5",
+        "config": dict(
+            vocabulary_size=32129,
+            num_layers=12,
+            num_heads=12,
+            hidden_dim=768,
+            intermediate_dim=2048,
+            key_dim=64,
+            feedforward="gated-gelu",
+            tie_embeddings=False,
+        ),  # fmt: skip
+        "parameters": 247_577_856,
+    },
 }

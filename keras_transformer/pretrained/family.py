@@ -23,6 +23,10 @@ class Family:
             family of its nearest listed class).
         architectures: Hugging Face architecture -> `(our model class, the
             name of the `kt.tasks` class serving it, or None)`.
+        also_served_by: architecture -> the names of other `kt.tasks`
+            classes that serve it when asked by name (T5's `Summarizer`
+            and `Translator`, beside `Text2Text`, which
+            `kt.tasks.from_pretrained` picks).
         load: `load(path)` (with `dtype=` where `dtypes` lists more than
             float32): our model of a folder.
         save: `save(model, path, tokenizer)`: writes a folder.
@@ -51,6 +55,7 @@ class Family:
     load: object
     save: object
     default_architectures: dict = dataclasses.field(default_factory=dict)
+    also_served_by: dict = dataclasses.field(default_factory=dict)
     dtypes: tuple = ("float32",)
     required: dict = dataclasses.field(default_factory=dict)
     defaults: dict = dataclasses.field(default_factory=dict)

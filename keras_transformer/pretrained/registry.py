@@ -5,10 +5,17 @@ class and the task serving it, `model_type` -> its tokenizer reader, and a
 model's PEFT module names. Registering a family is one line in `FAMILIES`.
 """
 
-from keras_transformer.pretrained import bert, gpt2, llama, seq2seq, vit
+from keras_transformer.pretrained import bert, gpt2, llama, seq2seq, t5, vit
 from keras_transformer.text import hf_tokenizers
 
-FAMILIES = (bert.FAMILY, gpt2.FAMILY, llama.FAMILY, seq2seq.FAMILY, vit.FAMILY)
+FAMILIES = (
+    bert.FAMILY,
+    gpt2.FAMILY,
+    llama.FAMILY,
+    seq2seq.FAMILY,
+    t5.FAMILY,
+    vit.FAMILY,
+)
 
 BY_MODEL_TYPE = {t: family for family in FAMILIES for t in family.model_types}
 BY_CLASS = {cls: family for family in FAMILIES for cls in family.classes}
@@ -110,6 +117,11 @@ def architectures_of(task_class):
     for cls in task_class.__mro__:
         served = tuple(
             a for a, (_, task) in ARCHITECTURES.items() if task == cls.__name__
+        ) + tuple(
+            a
+            for family in FAMILIES
+            for a, tasks in family.also_served_by.items()
+            if cls.__name__ in tasks
         )
         if served:
             return served

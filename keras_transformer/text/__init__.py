@@ -31,6 +31,7 @@ from keras_transformer.text.sentencepiece import (
     SentencePieceTokenizer,
     train_sentencepiece,
 )
+from keras_transformer.text.t5_tokenizer import T5Tokenizer
 from keras_transformer.text.tokenizer import Tokenizer
 from keras_transformer.text.vocabulary import build_wordpiece_vocabulary
 from keras_transformer.text.wordpiece import WordPieceTokenizer
@@ -40,6 +41,7 @@ __all__ = [
     "BytePairTokenizer",
     "CharTokenizer",
     "LlamaTokenizer",
+    "T5Tokenizer",
     "MaskedLMMaskGenerator",
     "SentencePieceTokenizer",
     "Tokenizer",

@@ -102,3 +102,35 @@ def fields(data):
             raise ValueError("`proto` is not a valid SentencePiece model.")
         i = end
         yield number, wire, value, data[start:end]
+
+
+def unigram_model(pieces, unknown, precompiled_charsmap):
+    """A serialized SentencePiece unigram model (T5's), from a unigram
+    `tokenizer.json`.
+
+    Args:
+        pieces: `(piece, score, type)` for each id, in id order.
+        unknown: the id of the unknown piece.
+        precompiled_charsmap: the normalizer's compiled character map
+            (bytes; b"": none), as the `Precompiled` normalizer holds it.
+    """
+    entries = [
+        string_field(1, piece.encode("utf-8"))
+        + varint(2 << 3 | 5)
+        + struct.pack("<f", score)
+        + int_field(3, kind)
+        for piece, score, kind in pieces
+    ]
+    out = b"".join(string_field(_PIECES, entry) for entry in entries)
+    # TrainerSpec: model_type 3 (UNIGRAM = 1), vocab_size 4, unk_id 40, and
+    # no begin / end / padding ids: the tokenizer puts those tokens itself.
+    trainer = int_field(3, 1) + int_field(4, len(pieces)) + int_field(40, unknown)
+    trainer += int_field(41, -1) + int_field(42, -1) + int_field(43, -1)
+    # NormalizerSpec: name 1, precompiled_charsmap 2, add_dummy_prefix 3,
+    # remove_extra_whitespaces 4, escape_whitespaces 5.
+    name = b"nmt_nfkc" if precompiled_charsmap else b"identity"
+    normalizer = string_field(1, name)
+    if precompiled_charsmap:
+        normalizer += string_field(2, precompiled_charsmap)
+    normalizer += int_field(3, 1) + int_field(4, 1) + int_field(5, 1)
+    return out + string_field(_TRAINER, trainer) + string_field(_NORMALIZER, normalizer)
