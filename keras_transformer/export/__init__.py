@@ -11,7 +11,11 @@ from keras_transformer.export.image_classifier import (
     export_image_classifier,
     preprocess_image,
 )
-from keras_transformer.export.translator import export_summarizer, export_translator
+from keras_transformer.export.translator import (
+    export_summarizer,
+    export_text2text,
+    export_translator,
+)
 
 __all__ = [
     "export_classifier",
@@ -19,6 +23,7 @@ __all__ = [
     "export_fill_mask",
     "export_image_classifier",
     "export_summarizer",
+    "export_text2text",
     "export_text_generator",
     "export_translator",
     "preprocess_image",

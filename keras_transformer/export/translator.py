@@ -5,6 +5,8 @@ Shape legend: B batch, S source length, T target length (both the model's
 max_sequence_length, fixed).
 """
 
+import inspect
+
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
@@ -29,6 +31,8 @@ def export_translator(
     end_token=None,
     jit_compile=True,
     overwrite=False,
+    prefix="",
+    generation_config=None,
 ):
     """Exports a `seq2seq` model and both tokenizers as a SavedModel.
 
@@ -78,6 +82,10 @@ def export_translator(
         jit_compile: compile the decode loop with XLA. False gives a plain
             TensorFlow loop (slower) for servers without XLA's JIT.
         overwrite: replace an existing non-empty `path`.
+        prefix: text put before every input in the graph (a T5 task's
+            `"summarize: "`).
+        generation_config: the settings to decode with instead of the
+            model's `generation_config` (a task's, under its `task` entry).
 
     Returns:
         The absolute path written.
@@ -109,6 +117,8 @@ def export_summarizer(
     end_token=None,
     jit_compile=True,
     overwrite=False,
+    prefix="",
+    generation_config=None,
 ):
     """Exports a `seq2seq` summarizer (an imported BART) as a SavedModel.
 
@@ -135,6 +145,10 @@ def export_summarizer(
         end_token: see `export_translator`.
         jit_compile: see `export_translator`.
         overwrite: replace an existing non-empty `path`.
+        prefix: text put before every input in the graph (a T5 task's
+            `"summarize: "`).
+        generation_config: the settings to decode with instead of the
+            model's `generation_config` (a task's, under its `task` entry).
 
     Returns:
         The absolute path written.
@@ -155,6 +169,26 @@ def export_summarizer(
     return _export(model, tokenizer, tokenizer, path, options, names)
 
 
+def export_text2text(model, tokenizer, path, **options):
+    """Exports a text-to-text model (a FLAN-T5) as a SavedModel: the graph
+    of `export_summarizer` with the signature `generate` (also
+    `serving_default`): `texts` string `(B,)` -> `{"text": string (B,)}`.
+    The keyword options are `export_translator`'s (`prefix`,
+    `max_new_tokens`, `num_beams` ...).
+
+    Loading it needs TensorFlow and `import tensorflow_text` only.
+    """
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"export_text2text takes the options {list(OPTIONS)}. "
+            f"Received: {unknown}"
+        )
+    options = {**_options({**_DEFAULTS, **options})}
+    names = ("export_text2text", "generate", "texts", "text")
+    return _export(model, tokenizer, tokenizer, path, options, names)
+
+
 # The exporters' keyword options, the same for translator and summarizer.
 OPTIONS = (
     "max_new_tokens",
@@ -164,6 +198,8 @@ OPTIONS = (
     "end_token",
     "jit_compile",
     "overwrite",
+    "prefix",
+    "generation_config",
 )
 
 
@@ -177,7 +213,13 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
     savedmodel.check_model(model, Seq2SeqLM, caller)
     source_limit = limit = model.max_sequence_length  # S and T
     path = savedmodel.check_path(path, options["overwrite"])
-    settings = dict(getattr(model, "generation_config", None) or {})
+    settings = options["generation_config"]
+    if settings is None:
+        settings = getattr(model, "generation_config", None)
+    settings = dict(settings or {})
+    prefix = options["prefix"]
+    if not isinstance(prefix, str):
+        raise ValueError(f"`prefix` must be a string. Received: prefix={prefix!r}")
     max_new_tokens = options["max_new_tokens"]
     if max_new_tokens is None:
         max_new_tokens = min(settings.get("max_new_tokens", limit - 1), limit - 1)
@@ -247,6 +289,8 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
     )
 
     def run(sentences):
+        if prefix:  # a T5 task's "summarize: "
+            sentences = tf.strings.join([prefix, sentences])
         source = source_tokenizer.tokenize(sentences)
         source = source_tokenizer.truncate(source, source_limit)
         source = model.pad_source(source.to_tensor(), source_limit)  # (B, S)
@@ -289,3 +333,11 @@ def _special_id(model, tokenizer, name, token, default, model_id):
     if name == "end_token":
         return savedmodel.end_token_ids(tokenizer, name, token)
     return savedmodel.token_id(tokenizer, name, token)
+
+
+# The options' defaults, as `export_translator` declares them.
+_DEFAULTS = {
+    name: parameter.default
+    for name, parameter in inspect.signature(export_translator).parameters.items()
+    if name in OPTIONS
+}

@@ -13,6 +13,7 @@ from keras_transformer.tasks.image_classifier import ImageClassifier
 from keras_transformer.tasks.registry import from_pretrained, load
 from keras_transformer.tasks.sentence_encoder import SentenceEncoder
 from keras_transformer.tasks.text_classifier import TextClassifier
+from keras_transformer.tasks.text2text import Text2Text
 from keras_transformer.tasks.text_generator import TextGenerator
 from keras_transformer.tasks.translator import Summarizer, Translator
 
@@ -21,6 +22,7 @@ __all__ = [
     "ImageClassifier",
     "SentenceEncoder",
     "Summarizer",
+    "Text2Text",
     "Task",
     "TextClassifier",
     "TextGenerator",

@@ -47,12 +47,51 @@ class Seq2SeqTask(Task):
     """
 
     model_classes = (Seq2SeqLM,)
+    # The model's `task_settings` entry read when `task` is None: the first
+    # whose name starts with this (None: none).
+    default_task = None
+
+    def _set_task(self, task):
+        """Checks and sets `task`: the name of the model's `task_settings`
+        entry (a T5's `task_specific_params`) whose prefix and generation
+        settings this task uses, or None."""
+        settings = getattr(self.model, "task_settings", None) or {}
+        if task is None and self.default_task is not None:
+            task = next((t for t in settings if t.startswith(self.default_task)), None)
+        elif task is not None and task not in settings:
+            raise ValueError(
+                f"`task` must name an entry of the model's task_settings "
+                f"({sorted(settings)}). Received: task={task!r}"
+            )
+        self.task = task
+
+    def _task_settings(self):
+        """The `task_settings` entry in use: `{"prefix": ..., generate
+        arguments}`, or {}."""
+        if getattr(self, "task", None) is None:
+            return {}
+        return dict(self.model.task_settings[self.task])
+
+    @property
+    def prefix(self):
+        """The text put before every input (`"summarize: "`), from the
+        model's `task_settings` entry `task`; "" without one."""
+        return self._task_settings().get("prefix", "")
+
+    def _generation_config(self):
+        """The model's `generation_config` under its `task` entry's."""
+        settings = dict(getattr(self.model, "generation_config", None) or {})
+        task = self._task_settings()
+        task.pop("prefix", None)
+        return {**settings, **task}
 
     def _request(self, name, texts, max_new_tokens, sampler, seed, sampler_args):
         """The checked `Seq2SeqRequest` of a call on `texts` (the argument
         `name`): every argument checked before the texts are tokenized."""
         # A blank line is translated, as transformers translates it.
         single, strings = inputs.check_texts(name, texts, allow_empty=True)
+        if self.prefix:
+            strings = [self.prefix + text for text in strings]
         options = self._decoding_options(max_new_tokens, sampler, sampler_args)
         limit = self.model.max_sequence_length
         source = savedmodel.without_sequence_length(self.source_tokenizer)
@@ -82,7 +121,7 @@ class Seq2SeqTask(Task):
     def _decoding_options(self, max_new_tokens, sampler, sampler_args):
         """`generate`'s keyword arguments: the model's `generation_config`,
         overridden by the caller's (as the exporters read it)."""
-        settings = dict(getattr(self.model, "generation_config", None) or {})
+        settings = self._generation_config()
         limit = self.model.max_sequence_length
         if max_new_tokens is None:
             max_new_tokens = min(settings.get("max_new_tokens", limit - 1), limit - 1)
@@ -117,6 +156,21 @@ class Seq2SeqTask(Task):
         return checks.special_token_id(
             self.target_tokenizer, checks.START, f"kt.tasks.{type(self).__name__}"
         )
+
+    def _export_options(self, options):
+        """The exporter's options: the task's prefix and settings, under
+        the caller's."""
+        return {
+            "prefix": self.prefix,
+            "generation_config": self._generation_config(),
+            **options,
+        }
+
+    def get_config(self):
+        config = super().get_config()
+        if getattr(self, "task", None) is not None:
+            config["task"] = self.task
+        return config
 
     def fit(self, pairs, batch_size=32, epochs=1, **kwargs):
         """Trains on `(source, target)` strings, batched by
@@ -204,6 +258,10 @@ class Translator(Seq2SeqTask):
         target_tokenizer: the tokenizer of the target language; None: the
             source's. Without the model's `decoder_start_token_id` and
             `generation_config` it needs `[START]` and `[END]`.
+        task: the entry of the model's `task_settings` (a T5's
+            `task_specific_params`, such as `"translation_en_to_fr"`) whose
+            prefix and generation settings to use; None: the first
+            `"translation..."` entry, if any.
         **kwargs: base `keras.Model` arguments (`name`).
 
     Example:
@@ -219,9 +277,13 @@ class Translator(Seq2SeqTask):
     """
 
     serialized_arguments = ("model", "source_tokenizer", "target_tokenizer")
+    default_task = "translation"
 
-    def __init__(self, model, source_tokenizer, target_tokenizer=None, **kwargs):
+    def __init__(
+        self, model, source_tokenizer, target_tokenizer=None, task=None, **kwargs
+    ):
         super().__init__(model, source_tokenizer, **kwargs)
+        self._set_task(task)
         if target_tokenizer is not None:
             savedmodel.check_tokenizer(
                 target_tokenizer, "target_tokenizer", model.decoder_vocabulary_size
@@ -272,7 +334,11 @@ class Translator(Seq2SeqTask):
         served, it gives `translate`'s text (with `num_beams` and
         `length_penalty` as `translate(sampler="beam", ...)` takes them)."""
         return export_translator(
-            self.model, self.source_tokenizer, self.target_tokenizer, path, **options
+            self.model,
+            self.source_tokenizer,
+            self.target_tokenizer,
+            path,
+            **self._export_options(options),
         )
 
     def get_config(self):
@@ -292,6 +358,9 @@ class Summarizer(Seq2SeqTask):
     Args:
         model: a `kt.models.Seq2SeqLM` (such as `kt.models.Seq2Seq`).
         tokenizer: the `kt.text` tokenizer of documents and summaries.
+        task: the entry of the model's `task_settings` whose prefix and
+            generation settings to use; None: `"summarization"` if the model
+            has it (T5's `"summarize: "` and beam search).
         **kwargs: base `keras.Model` arguments (`name`).
 
     Example:
@@ -305,6 +374,12 @@ class Summarizer(Seq2SeqTask):
         >>> len(summarizer.summarize(["a document", "long"], max_new_tokens=2))
         2
     """
+
+    default_task = "summarization"
+
+    def __init__(self, model, tokenizer, task=None, **kwargs):
+        super().__init__(model, tokenizer, **kwargs)
+        self._set_task(task)
 
     @property
     def source_tokenizer(self):
@@ -338,7 +413,9 @@ class Summarizer(Seq2SeqTask):
     def export(self, path, **options):
         """`kt.export.export_summarizer` of this model and tokenizer; served,
         it gives `summarize`'s text."""
-        return export_summarizer(self.model, self.tokenizer, path, **options)
+        return export_summarizer(
+            self.model, self.tokenizer, path, **self._export_options(options)
+        )
 
 
 def pairs_dataset(pairs):

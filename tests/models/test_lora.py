@@ -25,6 +25,8 @@ def make(family):
         model = kt.models.llama(40, **TINY, num_key_value_heads=1)
     elif family == "seq2seq":
         model = kt.models.seq2seq(40, **TINY, max_sequence_length=16, dropout=0.0)
+    elif family == "t5":
+        model = kt.models.t5(40, **TINY, key_dim=6, dropout=0.0)
     elif family == "bert_classifier":
         backbone = kt.models.bert(40, **TINY, max_sequence_length=16, dropout=0.0)
         model = kt.models.bert_classifier(backbone, num_classes=3, dropout=0.0)
@@ -44,7 +46,7 @@ def matrix_sizes(layer):
     return rows, int(np.prod(shape)) // rows
 
 
-FAMILIES = ["gpt2", "llama", "seq2seq", "bert_classifier", "vit"]
+FAMILIES = ["gpt2", "llama", "seq2seq", "t5", "bert_classifier", "vit"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

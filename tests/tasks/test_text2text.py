@@ -1,0 +1,89 @@
+"""T5 through the tasks: `kt.tasks.from_pretrained` gives a `Text2Text`
+whose text equals transformers' (FLAN-style, greedy); `Summarizer` and
+`Translator` read t5's `task_specific_params` (prefix and beam settings)
+and their text equals transformers' summarization; the SavedModel and the
+`.keras` file give the same text; `fit` trains on string pairs."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+
+HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
+
+
+def reference(name):
+    with open(os.path.join(HF, f"{name}_reference.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module")
+def summarizer():
+    return kt.tasks.Summarizer.from_pretrained(os.path.join(HF, "t5_tiny"))
+
+
+def test_from_pretrained_gives_text2text_whose_text_is_transformers():
+    task = kt.tasks.from_pretrained(os.path.join(HF, "flan_t5_tiny"))
+    assert isinstance(task, kt.tasks.Text2Text) and task.prefix == ""
+    case = reference("flan_t5_tiny")["greedy"]
+    assert task(case["prompts"], max_new_tokens=12) == case["text"]
+    assert task.generate(case["prompts"][0], max_new_tokens=12) == case["text"][0]
+
+
+def test_summarizer_uses_the_task_prefix_and_settings(summarizer, tmp_path):
+    """transformers' summarization of t5-small-style settings: "summarize: ",
+    4 beams, length_penalty 2, min_length 5, no_repeat_ngram_size 3; the
+    export and the `.keras` file give the same text."""
+    case = reference("t5_tiny")["summarize"]
+    prompts = [p.removeprefix("summarize: ") for p in case["prompts"]]
+    assert summarizer.task == "summarization"
+    assert summarizer.prefix == "summarize: "
+    assert summarizer.summarize(prompts) == case["text"]
+    path = summarizer.export(str(tmp_path / "export"))
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+
+    served = tf.saved_model.load(path).signatures["summarize"]
+    texts = served(documents=tf.constant(prompts))["summary"].numpy()
+    assert [t.decode() for t in texts] == case["text"]
+    summarizer.save(str(tmp_path / "task.keras"))
+    again = kt.tasks.load(str(tmp_path / "task.keras"))
+    assert again.task == "summarization"
+    assert again.summarize(prompts[:1]) == case["text"][:1]
+
+
+def test_translator_reads_a_translation_entry(summarizer):
+    model, tokenizer = summarizer.model, summarizer.tokenizer
+    translator = kt.tasks.Translator(model, tokenizer)
+    assert translator.prefix == "translate English to German: "
+    french = kt.tasks.Translator(model, tokenizer, task="translation_en_to_fr")
+    assert french.prefix == "translate English to French: "
+    assert french._generation_config()["num_beams"] == 4
+    with pytest.raises(ValueError, match="task='summarise'"):
+        kt.tasks.Translator(model, tokenizer, task="summarise")
+    plain = kt.tasks.Text2Text(model, tokenizer)
+    assert plain.prefix == "" and plain._generation_config()["sampler"] == "greedy"
+
+
+def test_text2text_export_and_fit(tmp_path):
+    task = kt.tasks.from_pretrained(os.path.join(HF, "flan_t5_tiny"))
+    prompts = reference("flan_t5_tiny")["greedy"]["prompts"]
+    expected = task(prompts, max_new_tokens=6)
+    path = task.export(str(tmp_path / "export"), max_new_tokens=6)
+    import tensorflow_text  # noqa: F401
+
+    served = tf.saved_model.load(path).signatures["generate"]
+    texts = served(texts=tf.constant(prompts))["text"].numpy()
+    assert [t.decode() for t in texts] == expected
+    before = [np.asarray(w).copy() for w in task.model.trainable_weights[:3]]
+    pairs = [("Who is Titus?", "a Roman"), ("Who is Lartius?", "a Roman")] * 4
+    history = task.fit(pairs, batch_size=4, epochs=3, verbose=0)
+    losses = history.history["loss"]
+    assert losses[-1] < losses[0] and np.isfinite(losses).all()
+    after = task.model.trainable_weights[:3]
+    assert any(
+        not np.array_equal(b, np.asarray(a)) for b, a in zip(before, after, strict=True)
+    )
