@@ -91,8 +91,7 @@ def main():
         f"{transformers.__version__}, torch {torch.__version__}"
     )
     print(
-        "\n| batch | contender | first call s | ms / step | new tokens/s "
-        "| ours / it |"
+        "\n| batch | contender | first call s | ms / step | new tokens/s | ours / it |"
     )
     print("|---|---|---|---|---|---|")
     vocabulary = theirs.config.vocab_size

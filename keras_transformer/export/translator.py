@@ -181,8 +181,7 @@ def export_text2text(model, tokenizer, path, **options):
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise ValueError(
-            f"export_text2text takes the options {list(OPTIONS)}. "
-            f"Received: {unknown}"
+            f"export_text2text takes the options {list(OPTIONS)}. Received: {unknown}"
         )
     options = {**_options({**_DEFAULTS, **options})}
     names = ("export_text2text", "generate", "texts", "text")

@@ -12,8 +12,8 @@ from keras_transformer.tasks.fill_mask import FillMask
 from keras_transformer.tasks.image_classifier import ImageClassifier
 from keras_transformer.tasks.registry import from_pretrained, load
 from keras_transformer.tasks.sentence_encoder import SentenceEncoder
-from keras_transformer.tasks.text_classifier import TextClassifier
 from keras_transformer.tasks.text2text import Text2Text
+from keras_transformer.tasks.text_classifier import TextClassifier
 from keras_transformer.tasks.text_generator import TextGenerator
 from keras_transformer.tasks.translator import Summarizer, Translator
 

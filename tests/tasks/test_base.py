@@ -27,7 +27,7 @@ def test_each_served_architecture_names_a_task_class():
     families = kt.pretrained.registry
     names = {cls.__name__ for cls in kt.tasks.registry.task_classes()}
     served = families.served_architectures()
-    assert len(served) == 10
+    assert len(served) == 11  # ... T5ForConditionalGeneration, ViT
     assert {families.task_for(a) for a in served} <= names
 
     class MyGenerator(kt.tasks.TextGenerator):
@@ -41,6 +41,13 @@ def test_each_served_architecture_names_a_task_class():
     assert kt.tasks.registry.task_class("qwen2") is kt.tasks.TextGenerator
     assert kt.tasks.registry.task_class("GPT2Model") is None
     assert kt.tasks.registry.task_class("Nope") is None
+    # T5 folders: Text2Text by default, Summarizer and Translator by name.
+    assert kt.tasks.registry.task_class("t5") is kt.tasks.Text2Text
+    for task in (kt.tasks.Summarizer, kt.tasks.Translator):
+        assert "T5ForConditionalGeneration" in families.architectures_of(task)
+    assert "T5ForConditionalGeneration" not in families.architectures_of(
+        kt.tasks.TextGenerator
+    )
 
 
 def test_a_folder_no_task_serves_is_refused(tmp_path):
