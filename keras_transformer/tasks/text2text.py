@@ -33,7 +33,7 @@ class Text2Text(Seq2SeqTask):
         >>> import keras_transformer as kt
         >>> proto = kt.text.train_sentencepiece(
         ...     ["what is one plus one", "two"] * 10, 290, model_type="unigram",
-        ...     reserved_tokens=["<pad>", "</s>", "<unk>"])
+        ...     reserved_tokens=["[PAD]", "[UNK]", "</s>"])
         >>> tokenizer = kt.text.T5Tokenizer(proto, extra_ids=2)
         >>> model = kt.models.t5(tokenizer.vocabulary_size(), num_layers=1,
         ...                      num_heads=2, hidden_dim=8, intermediate_dim=16)

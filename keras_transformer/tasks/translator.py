@@ -129,6 +129,13 @@ class Seq2SeqTask(Task):
             max_new_tokens, limit, "the start token"
         )
         end_id = settings.get("end_token_id")
+        eos = self.target_tokenizer.eos_token
+        if (
+            end_id is None
+            and eos is not None
+            and getattr(self.model, "decoder_start_token_id", None) is not None
+        ):  # a checkpoint's layout (T5's): its eos_token ends
+            end_id = self.target_tokenizer.token_to_id(eos)
         if end_id is None:
             end_id = checks.special_token_id(
                 self.target_tokenizer, checks.END, f"kt.tasks.{type(self).__name__}"
@@ -160,11 +167,12 @@ class Seq2SeqTask(Task):
     def _export_options(self, options):
         """The exporter's options: the task's prefix and settings, under
         the caller's."""
-        return {
-            "prefix": self.prefix,
-            "generation_config": self._generation_config(),
-            **options,
-        }
+        settings = self._generation_config()
+        if "end_token_id" not in settings:  # as `_decoding_options` picks it
+            settings["end_token_id"] = self._decoding_options(1, None, {})[
+                "end_token_id"
+            ]
+        return {"prefix": self.prefix, "generation_config": settings, **options}
 
     def get_config(self):
         config = super().get_config()

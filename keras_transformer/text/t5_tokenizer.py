@@ -37,11 +37,13 @@ class T5Tokenizer(Tokenizer):
 
     Args:
         proto: a serialized SentencePiece unigram model (`bytes`) or the
-            path of a `spiece.model`, its pieces starting `<pad>`, `</s>`.
+            path of a `spiece.model`: piece 0 is padding (T5's `<pad>`), and
+            it has the `eos_token` (T5's `</s>`).
         sequence_length: if set, outputs are padded with 0 or truncated to
             this length (keeping `</s>`); otherwise batches give ragged ids.
         extra_ids: the number of sentinel tokens (100 in every T5).
-        **kwargs: base `keras.layers.Layer` arguments.
+        **kwargs: `eos_token` (`"</s>"`) and base `keras.layers.Layer`
+            arguments.
 
     Call arguments:
         inputs: a string or a rank-1 batch of strings.
@@ -54,7 +56,7 @@ class T5Tokenizer(Tokenizer):
         >>> import keras_transformer as kt
         >>> proto = kt.text.train_sentencepiece(
         ...     ["a b c", "b c a"] * 10, 270, model_type="unigram",
-        ...     reserved_tokens=["<pad>", "</s>", "<unk>"])
+        ...     reserved_tokens=["[PAD]", "[UNK]", "</s>"])
         >>> tokenizer = kt.text.T5Tokenizer(proto, extra_ids=2)
         >>> ids = tokenizer("c <extra_id_0> a")
         >>> [tokenizer.id_to_token(int(i)) for i in ids]
@@ -97,15 +99,16 @@ class T5Tokenizer(Tokenizer):
                 f"Received: proto={proto!r:.80}"
             ) from error
         tokens = [p.decode("utf-8") for p in pieces]
-        if tokens[:2] != ["<pad>", "</s>"]:
+        if tokens[0] not in ("<pad>", checks.PAD) or self.eos_token not in tokens:
             raise ValueError(
-                "`proto` must be a T5 model, its pieces starting <pad>, </s>. "
-                f"Received: a model whose pieces are {checks.preview(tokens)}"
+                "`proto` must have padding as piece 0 (<pad>, T5's, or [PAD]) and "
+                f"the eos_token {self.eos_token!r}. Received: a model whose pieces "
+                f"are {checks.preview(tokens)}"
             )
         sentinels = [sentinel(n) for n in reversed(range(extra_ids))]
         self._set_vocabulary([checks.PAD, *tokens, *sentinels])  # ours = theirs + 1
         self._unknown = unknown + 1
-        self.added_tokens = ["<pad>", "</s>", tokens[unknown], *sentinels]
+        self.added_tokens = [tokens[0], self.eos_token, tokens[unknown], *sentinels]
         self.special_tokens = list(
             dict.fromkeys(self.special_tokens + self.added_tokens)
         )
