@@ -382,6 +382,23 @@ def assign_value(variable, value):
         )
 
 
+def in_variable_dtype(pairs):
+    """`pairs` whose `to ours` also casts to its variable's dtype (a
+    bfloat16 file into float32 variables is upcast exactly; a float32 one
+    into bfloat16 variables rounded as `astype` rounds)."""
+    cast = []
+    for name, variable, (to_ours, to_theirs) in pairs:
+        dtype = numpy_dtype(variable.dtype)
+        cast.append(
+            (
+                name,
+                variable,
+                (lambda w, f=to_ours, d=dtype: f(w).astype(d, copy=False), to_theirs),
+            )
+        )
+    return cast
+
+
 def tensors(pairs):
     """The checkpoint's tensors of `pairs` (as `assign` takes them), from
     our variables' values."""

@@ -376,22 +376,6 @@ def _key(weights, name):
     )
 
 
-def _in_dtype(pairs):
-    """`pairs` whose `to ours` casts to the variable's dtype (a bfloat16
-    file into float32 variables is upcast exactly)."""
-    cast = []
-    for name, variable, (to_ours, to_theirs) in pairs:
-        dtype = checkpoint.numpy_dtype(variable.dtype)
-        cast.append(
-            (
-                name,
-                variable,
-                (lambda w, f=to_ours, d=dtype: f(w).astype(d, copy=False), to_theirs),
-            )
-        )
-    return cast
-
-
 def build(arguments, weights, dtype=None):
     """Our `Llama` of checked constructor `arguments` and a checkpoint's
     tensors, built under `dtype` (None: float32)."""
@@ -408,7 +392,8 @@ def build(arguments, weights, dtype=None):
                 "(tie_word_embeddings=True)."
             )
         ignored = ("lm_head.weight",)
-    checkpoint.assign(_in_dtype(weight_pairs(model)), weights, _key, ignored)
+    pairs = checkpoint.in_variable_dtype(weight_pairs(model))
+    checkpoint.assign(pairs, weights, _key, ignored)
     return model
 
 

@@ -314,21 +314,6 @@ def _key(weights, name):
     )
 
 
-def _in_dtype(pairs):
-    """`pairs` whose `to ours` casts to the variable's dtype."""
-    cast = []
-    for name, variable, (to_ours, to_theirs) in pairs:
-        dtype = checkpoint.numpy_dtype(variable.dtype)
-        cast.append(
-            (
-                name,
-                variable,
-                (lambda w, f=to_ours, d=dtype: f(w).astype(d, copy=False), to_theirs),
-            )
-        )
-    return cast
-
-
 def build(arguments, weights, dtype=None):
     """Our `T5` of checked constructor `arguments` and a checkpoint's
     tensors, built under `dtype` (None: float32)."""
@@ -350,7 +335,8 @@ def build(arguments, weights, dtype=None):
                     "table, which its config.json ties to it."
                 )
             ignored.append(copy)
-    checkpoint.assign(_in_dtype(weight_pairs(model)), weights, _key, tuple(ignored))
+    pairs = checkpoint.in_variable_dtype(weight_pairs(model))
+    checkpoint.assign(pairs, weights, _key, tuple(ignored))
     return model
 
 

@@ -9,7 +9,7 @@ one is named.
 import keras
 
 from keras_transformer.export import export_text2text
-from keras_transformer.tasks.translator import Seq2SeqTask
+from keras_transformer.tasks.seq2seq_task import Seq2SeqTask
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
