@@ -5,7 +5,6 @@ Shape legend: B batch, N pieces of text in all.
 """
 
 import base64
-import os
 
 import keras
 import tensorflow as tf
@@ -16,6 +15,7 @@ from keras_transformer.text.chat import ChatTemplateMixin, check_chat_template
 from keras_transformer.text.sentencepiece_model import (
     BYTE_PIECE,
     fields,
+    read_proto,
     string_field,
 )
 from keras_transformer.text.tokenizer import Tokenizer
@@ -96,7 +96,7 @@ class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
         self.chat_template, self.special_tokens_map = check_chat_template(
             chat_template, special_tokens_map
         )
-        self.proto = _read_proto(proto)
+        self.proto = read_proto(proto)
         try:
             self._sentencepiece = tf_text.SentencepieceTokenizer(
                 model=_plain(self.proto), out_type=tf.int32
@@ -193,21 +193,6 @@ class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
         config = dict(config)
         config["proto"] = base64.b64decode(config["proto"])
         return cls(**config)
-
-
-def _read_proto(proto):
-    if isinstance(proto, str | os.PathLike):
-        path = os.fspath(proto)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"SentencePiece model not found: {path!r}")
-        with open(path, "rb") as f:
-            proto = f.read()
-    if not isinstance(proto, bytes) or not proto:
-        raise ValueError(
-            "`proto` must be a serialized SentencePiece model (bytes) or a "
-            f"path to a .model file. Received: proto={proto!r:.80}"
-        )
-    return proto
 
 
 def _bytes(piece):

@@ -9,6 +9,7 @@ ModelProto: pieces = 1 (SentencePiece: piece = 1, score = 2, type = 3),
 trainer_spec = 2, normalizer_spec = 3.
 """
 
+import os
 import re
 import struct
 
@@ -31,14 +32,7 @@ def bpe_model(pieces, unknown, add_dummy_prefix):
         add_dummy_prefix: the normalizer's flag (Llama's normalizer
             otherwise: identity, whitespace kept and escaped as "▁").
     """
-    entries = [
-        string_field(1, piece.encode("utf-8"))
-        + varint(2 << 3 | 5)
-        + struct.pack("<f", score)
-        + int_field(3, kind)
-        for piece, score, kind in pieces
-    ]
-    out = b"".join(string_field(_PIECES, entry) for entry in entries)
+    out = _pieces_field(pieces)
     trainer = int_field(4, len(pieces)) + int_field(40, unknown)
     trainer += b"".join(int_field(number, value) for number, value in _BPE_TRAINER)
     # NormalizerSpec: name 1, add_dummy_prefix 3, remove_extra_whitespaces
@@ -46,6 +40,35 @@ def bpe_model(pieces, unknown, add_dummy_prefix):
     normalizer = string_field(1, b"identity") + int_field(3, int(add_dummy_prefix))
     normalizer += int_field(4, 0) + int_field(5, 1)
     return out + string_field(_TRAINER, trainer) + string_field(_NORMALIZER, normalizer)
+
+
+def read_proto(proto):
+    """`proto` (serialized bytes, or the path of a `.model` file) as bytes;
+    a FileNotFoundError or ValueError naming it otherwise."""
+    if isinstance(proto, str | os.PathLike):
+        path = os.fspath(proto)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"SentencePiece model not found: {path!r}")
+        with open(path, "rb") as f:
+            proto = f.read()
+    if not isinstance(proto, bytes) or not proto:
+        raise ValueError(
+            "`proto` must be a serialized SentencePiece model (bytes) or a "
+            f"path to a .model file. Received: proto={proto!r:.80}"
+        )
+    return proto
+
+
+def _pieces_field(pieces):
+    """The ModelProto's `pieces` of `(piece, score, type)` entries."""
+    entries = [
+        string_field(1, piece.encode("utf-8"))
+        + varint(2 << 3 | 5)
+        + struct.pack("<f", score)
+        + int_field(3, kind)
+        for piece, score, kind in pieces
+    ]
+    return b"".join(string_field(_PIECES, entry) for entry in entries)
 
 
 def int_field(number, value):
@@ -114,14 +137,7 @@ def unigram_model(pieces, unknown, precompiled_charsmap):
         precompiled_charsmap: the normalizer's compiled character map
             (bytes; b"": none), as the `Precompiled` normalizer holds it.
     """
-    entries = [
-        string_field(1, piece.encode("utf-8"))
-        + varint(2 << 3 | 5)
-        + struct.pack("<f", score)
-        + int_field(3, kind)
-        for piece, score, kind in pieces
-    ]
-    out = b"".join(string_field(_PIECES, entry) for entry in entries)
+    out = _pieces_field(pieces)
     # TrainerSpec: model_type 3 (UNIGRAM = 1), vocab_size 4, unk_id 40, and
     # no begin / end / padding ids: the tokenizer puts those tokens itself.
     trainer = int_field(3, 1) + int_field(4, len(pieces)) + int_field(40, unknown)

@@ -5,7 +5,6 @@ Shape legend: B batch, N pieces of text in all.
 """
 
 import base64
-import os
 
 import keras
 import tensorflow as tf
@@ -13,6 +12,7 @@ import tensorflow as tf
 from keras_transformer import _validation as validation
 from keras_transformer.text import checks, pretokenizers
 from keras_transformer.text._lazy import tf_text
+from keras_transformer.text.sentencepiece_model import read_proto
 from keras_transformer.text.tokenizer import Tokenizer
 
 
@@ -73,18 +73,7 @@ class T5Tokenizer(Tokenizer):
                 "`extra_ids` must be an integer >= 0. "
                 f"Received: extra_ids={extra_ids!r}"
             )
-        if isinstance(proto, str | os.PathLike):
-            path = os.fspath(proto)
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"SentencePiece model not found: {path!r}")
-            with open(path, "rb") as f:
-                proto = f.read()
-        if not isinstance(proto, bytes) or not proto:
-            raise ValueError(
-                "`proto` must be a serialized SentencePiece model (bytes) or a "
-                f"path to a spiece.model file. Received: proto={proto!r:.80}"
-            )
-        self.proto = proto
+        self.proto = proto = read_proto(proto)
         self.extra_ids = extra_ids
         try:
             self._sentencepiece = tf_text.SentencepieceTokenizer(
