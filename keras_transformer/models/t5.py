@@ -30,7 +30,7 @@ from keras_transformer.models.base import (
     model_factory,
 )
 from keras_transformer.models.decoding import Seq2SeqLM
-from keras_transformer.models.initializers import normal_initializer
+from keras_transformer.models.initializers import initializer, normal_initializer
 
 FEEDFORWARDS = ("relu", "gated-gelu")
 
@@ -68,6 +68,13 @@ def check_config(config):
             raise ValueError(
                 f"`{name}` must be a dict or None. Received: {name}={config[name]!r}"
             )
+
+
+def fan_in_normal():
+    """N(0, 1 / fan-in) weights (zeros inside `placeholder_weights()`)."""
+    return initializer(
+        keras.initializers.VarianceScaling(1.0, "fan_in", "untruncated_normal")
+    )
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -192,7 +199,9 @@ class T5(ModelMixin, Seq2SeqLM):
             normalize_first=True,
             layer_norm_epsilon=layer_norm_epsilon,
             key_dim=key_dim or hidden_dim // num_heads,
-            kernel_initializer=normal_initializer(),
+            # T5's: each projection N(0, 1 / fan-in), which keeps the
+            # unscaled scores and the residual stream of order one.
+            kernel_initializer=fan_in_normal(),
             norm="rms",
             use_bias=False,
             scale=1.0,
@@ -233,7 +242,7 @@ class T5(ModelMixin, Seq2SeqLM):
             self.lm_head = quantization.Dense(
                 vocabulary_size - 1,
                 use_bias=False,
-                kernel_initializer=normal_initializer(),
+                kernel_initializer=fan_in_normal(),
                 name="lm_head",
             )
         # === Functional model ===
