@@ -241,3 +241,24 @@ def test_parameter_counts_equal_transformers():
     assert model.count_params() == kt.models.T5.parameter_count(
         **kt.models.PRESETS["t5_tiny"]["config"]
     )
+
+
+def test_a_peft_adapter_gives_peft_logits_and_round_trips(tmp_path):
+    """flan_t5_tiny_lora (make_t5_fixtures.py): peft's logits of base +
+    adapter on q, v, o, wi_0 and wo of every block, encoder and decoder;
+    written back as a PEFT folder and read again, the same logits."""
+    reference = np.load(folder("flan_t5_tiny_lora_logits.npz"))
+    inputs = {
+        "encoder_token_ids": ours(reference["input_ids"]),
+        "decoder_token_ids": ours(reference["decoder_input_ids"]),
+    }
+    model = kt.models.from_pretrained(folder("flan_t5_tiny"))
+    base = np.asarray(model(inputs))[..., 1:]
+    model.load_lora(folder("flan_t5_tiny_lora"))
+    logits = np.asarray(model(inputs))[..., 1:]
+    assert np.abs(base - reference["logits"]).max() > 0.05  # the adapter counts
+    np.testing.assert_allclose(logits, reference["logits"], atol=ATOL)
+    written = model.save_lora(tmp_path / "adapter", format="peft")
+    again = kt.models.from_pretrained(folder("flan_t5_tiny"))
+    again.load_lora(written)
+    np.testing.assert_allclose(np.asarray(again(inputs))[..., 1:], logits, atol=1e-5)
