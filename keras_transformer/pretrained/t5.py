@@ -50,6 +50,13 @@ REQUIRED = {
 }
 SAME = checkpoint.SAME
 TRANSPOSE = (lambda w: w.T, lambda w: w.T)  # torch (out, in) <-> Keras (in, out)
+# T5's attention projections -> our `MultiHeadAttention`'s sublayers.
+PROJECTIONS = {
+    "q": "query_dense",
+    "k": "key_dense",
+    "v": "value_dense",
+    "o": "output_dense",
+}
 # Tied copies of the shared table; transformers writes `shared.weight` only.
 COPIES = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
 
@@ -196,13 +203,12 @@ class _Settings:
 
 
 def _attention_pairs(prefix, attention):
-    heads, size = attention.num_heads, attention.key_dim
-    split, _, merge = checkpoint.head_converters(heads, size)
+    split, _, merge = checkpoint.head_converters(attention.num_heads, attention.key_dim)
     return [
-        (f"{prefix}.q.weight", attention.query_dense.kernel, split),
-        (f"{prefix}.k.weight", attention.key_dense.kernel, split),
-        (f"{prefix}.v.weight", attention.value_dense.kernel, split),
-        (f"{prefix}.o.weight", attention.output_dense.kernel, merge),
+        (f"{prefix}.{short}.weight", getattr(attention, attribute).kernel, layout)
+        for (short, attribute), layout in zip(
+            PROJECTIONS.items(), (split, split, split, merge), strict=True
+        )
     ]
 
 
@@ -287,15 +293,10 @@ def peft_modules(model):
             for name, layer in block_projections(block, side):
                 prefix = f"{side}.block.{i}.{name}"
                 if name.endswith("Attention"):
-                    for short in ("q", "k", "v", "o"):
-                        dense = getattr(
-                            layer,
-                            {"q": "query", "k": "key", "v": "value", "o": "output"}[
-                                short
-                            ]
-                            + "_dense",
-                        )
-                        modules[f"{prefix}.{short}"] = [(dense, None)]
+                    for short, attribute in PROJECTIONS.items():
+                        modules[f"{prefix}.{short}"] = [
+                            (getattr(layer, attribute), None)
+                        ]
                 else:
                     modules[prefix] = [(layer, None)]
     return modules
