@@ -186,7 +186,8 @@ def check_request(model, inputs, max_new_tokens, sampler, end_token_id, seed, ro
         )
     if max_new_tokens == 0:
         return None
-    length = buffer_length(total + room, limit)
+    minimum = getattr(model, "min_decode_buffer", MIN_BUFFER)
+    length = buffer_length(total + room, limit, minimum)
     tokens = np.zeros((batch, length), "int32")
     tokens[:, :prompt_length] = prompt
     if source is not None:  # the model pads its own kind of source
@@ -207,17 +208,20 @@ def check_request(model, inputs, max_new_tokens, sampler, end_token_id, seed, ro
     }
 
 
-def buffer_length(needed, limit):
+def buffer_length(needed, limit, minimum=MIN_BUFFER):
     """The decode buffer's length for `needed` positions: the next power of
-    two from `MIN_BUFFER`, at most `limit` (the model's
-    `max_sequence_length`). Each length is one compiled loop.
+    two from `minimum` (a model's `min_decode_buffer`, else `MIN_BUFFER`),
+    at most `limit` (the model's `max_sequence_length`). Each length is one
+    compiled loop.
 
     Examples:
         >>> from keras_transformer.generation.decode import buffer_length
         >>> buffer_length(40, 8192), buffer_length(600, 8192), buffer_length(300, 320)
         (512, 1024, 320)
+        >>> buffer_length(65, 512, minimum=32)  # an encoder-decoder's 64 tokens
+        128
     """
-    length = MIN_BUFFER
+    length = minimum
     while length < needed:
         length *= 2
     return min(limit, length)

@@ -46,6 +46,19 @@ def test_cached_decoding_equals_the_full_pass(options, sampler):
     assert (cached[:, 0] == 1).all() and len(set(cached[0, 1:])) > 1
 
 
+def test_an_encoder_decoder_decodes_in_a_buffer_of_its_answer(caplog):
+    """An encoder-decoder's buffer is the start token and the new tokens,
+    as powers of two from 32 (`Seq2SeqLM.min_decode_buffer`), not the 512
+    positions from which a decoder-only model's conversations grow."""
+    model = model_of()
+    caplog.set_level("DEBUG", logger="keras_transformer.generation.decode")
+    for new in (10, 40):
+        kt.generation.generate(model, {"encoder_token_ids": source()}, new)
+    keys = [r.args[1] for r in caplog.records if "Compiling" in r.getMessage()]
+    # The last entry: (batch, buffer, source length).
+    assert [key[-1] for key in keys] == [(2, 32, 32), (2, 64, 32)]
+
+
 def test_keras_file_round_trip_and_one_bias_table_per_stack(tmp_path):
     model = model_of(key_dim=6, feedforward="gated-gelu", tie_embeddings=False)
     inputs = {
