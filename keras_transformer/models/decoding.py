@@ -17,8 +17,8 @@ or a `Seq2SeqLM` (encoder-decoder, like `Seq2Seq`) for
   state after reading the prompt buffer `tokens` `(B, L)` (and the padded
   `source`): filled KV caches, or what an uncached step needs. With
   `prefill` (an int32 scalar), only the positions below it need to be read
-  (the decode loop computes the rest): a decoder-only model reads them in
-  `PREFILL_CHUNK`-token pieces, so that its compiled loop's shapes depend
+  (the decode loop computes the rest): `CausalLM` and `Seq2SeqLM` read
+  them in `PREFILL_CHUNK`-token pieces, so that a compiled loop's shapes depend
   on the buffer's length alone, not on the prompt's (a model whose
   `start_decoding` takes no `prefill` is given the whole buffer to read);
 - `next_logits(tokens, state, index, use_cache)`: float logits `(B, V)` for
@@ -238,20 +238,26 @@ class Seq2SeqLM(keras.Model):
         return [b.compute_cross_attention_cache(context) for b in self.decoder_blocks]
 
     def start_decoding(self, tokens, source, use_cache, prefill=None):
-        # The decoder's prompt is short (a start token): it is read whole.
         context = self.encode(source)
         context_mask = self.source_mask(source)
         if not use_cache:
             return Seq2SeqState(context=context, context_mask=context_mask)
         cross = self.cross_attention_caches(context)
-        _, caches = self._decode(
-            tokens,
-            None,
-            context_mask,
-            caches=empty_caches(self.decoder_blocks, tokens),
-            index=0,
-            cross_caches=cross,
-        )  # prefilled with the whole prompt buffer
+
+        def forward(piece, caches, index):
+            return self._decode(
+                piece,
+                None,
+                context_mask,
+                caches=caches,
+                index=index,
+                cross_caches=cross,
+            )
+
+        if prefill is None:  # the whole prompt buffer
+            _, caches = forward(tokens, empty_caches(self.decoder_blocks, tokens), 0)
+        else:  # the decoder's prompt (a start token), in pieces
+            caches = prefill_in_chunks(forward, self.decoder_blocks, tokens, prefill)
         return Seq2SeqState(caches, cross, context_mask=context_mask)
 
     def next_logits(self, tokens, state, index, use_cache):
