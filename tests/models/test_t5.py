@@ -26,10 +26,12 @@ def source():
 
 
 @pytest.mark.parametrize(
-    "options",
-    [dict(), dict(key_dim=6, feedforward="gated-gelu", tie_embeddings=False)],
+    "options, sampler",
+    [
+        (dict(), "greedy"),
+        (dict(key_dim=6, feedforward="gated-gelu", tie_embeddings=False), "beam"),
+    ],
 )
-@pytest.mark.parametrize("sampler", ["greedy", "beam"])
 def test_cached_decoding_equals_the_full_pass(options, sampler):
     model = model_of(**options)
     inputs = {"encoder_token_ids": source()}

@@ -185,7 +185,7 @@ def test_bad_folders_and_unsupported_checkpoints(tmp_path):
     folder = tmp_path / "gpt"
     shutil.copytree(TINY, folder)
     for change, message in [
-        ({"model_type": "t5"}, "model_type='t5'"),
+        ({"model_type": "mt5"}, "model_type='mt5'"),
         ({"hidden_act": "relu"}, "hidden_act='relu'"),
         ({"layer_norm_eps": 1e-5}, "layer_norm_eps=1e-05"),
         ({"hidden_size": 32}, "disagrees with its config.json"),

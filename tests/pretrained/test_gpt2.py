@@ -187,9 +187,9 @@ def test_bad_gpt2_checkpoints(tmp_path):
         ({"architectures": ["GPT2ForSequenceClassification"]}, "GPT2LMHeadModel"),
         ({"n_embd": 32}, "'transformer.wte.weight' has shape"),
         (
-            {"model_type": "t5"},
+            {"model_type": "mt5"},
             r"supported: \['bart', 'bert', 'gpt2', 'llama', 'marian', 'mistral', "
-            r"'qwen2', 'vit'\]",
+            r"'qwen2', 't5', 'vit'\]",
         ),
     ]:
         with open(folder / "config.json", "w") as f:
