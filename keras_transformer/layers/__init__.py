@@ -5,9 +5,10 @@
 embeddings), `rotary.py` (rotary positions), `block.py` with `encoder.py` and
 `decoder.py` (the blocks), `rotary_attention.py`, `normalization.py` (RMS),
 `feedforward.py` (SwiGLU) and `rotary_block.py` (the Llama-family block),
-`relative_position.py` (T5's relative position bias), `patch.py` (image
-patches), `heads.py` (what sits on the logits: `LogitsBias`,
-`exclude_padding_logit`), `activations.py`.
+`relative_position.py` (T5's relative position bias), `log_mel.py`
+(Whisper's log-mel front end), `patch.py` (image patches), `heads.py`
+(what sits on the logits: `LogitsBias`, `exclude_padding_logit`),
+`activations.py`.
 """
 
 from keras_transformer.layers.activations import gelu_approximate
@@ -19,6 +20,7 @@ from keras_transformer.layers.decoder import DecoderBlock, TransformerDecoderBlo
 from keras_transformer.layers.encoder import TransformerEncoderBlock
 from keras_transformer.layers.feedforward import GatedFeedForward
 from keras_transformer.layers.heads import LogitsBias, exclude_padding_logit
+from keras_transformer.layers.log_mel import LogMelSpectrogram
 from keras_transformer.layers.masking import causal_mask
 from keras_transformer.layers.normalization import RMSNormalization
 from keras_transformer.layers.patch import PatchEmbedding
@@ -31,6 +33,7 @@ from keras_transformer.layers.rotary_block import RotaryDecoderBlock
 __all__ = [
     "DecoderBlock",
     "GatedFeedForward",
+    "LogMelSpectrogram",
     "LogitsBias",
     "MultiHeadAttention",
     "PatchEmbedding",
