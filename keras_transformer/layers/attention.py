@@ -97,6 +97,9 @@ class MultiHeadAttention(keras.layers.Layer):
             `keras.layers.MultiHeadAttention`.
         scale: the factor of the query-key products, a finite float > 0;
             None (the default) is `1 / sqrt(key_dim)`.
+        key_bias: with `use_bias`, whether the key projection has one too
+            (Whisper's has none: a key bias adds the same amount to every
+            score of a query, which the softmax cancels).
         **kwargs: base `keras.layers.Layer` arguments (`name`, `dtype`, ...).
 
     Call arguments:
@@ -147,10 +150,12 @@ class MultiHeadAttention(keras.layers.Layer):
         bias_initializer="zeros",
         num_key_value_heads=None,
         scale=None,
+        key_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
         validation.check_positive_int("num_heads", num_heads)
+        validation.check_bool("key_bias", key_bias)
         validation.check_positive_int(
             "num_key_value_heads", num_key_value_heads, allow_none=True
         )
@@ -176,6 +181,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.scale = scale
+        self.key_bias = key_bias
         self.supports_masking = True
 
     def build(self, query_shape, value_shape=None, key_shape=None):
@@ -275,7 +281,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _has_bias(self, name):
         """Whether the projection sublayer `name` has a bias."""
-        return self.use_bias
+        return self.use_bias and (self.key_bias or name != "key")
 
     def _project(self, x, *layers):
         """`x` `(B, T, E)` through the projections `layers`, in one matmul.
@@ -286,17 +292,20 @@ class MultiHeadAttention(keras.layers.Layer):
         plain matrix product whose gradient is one too (the sublayers' einsum
         costs a batched product and a sum in the backward pass, and a slow
         fused loop in one-token decoding). Returns one `(B, T, heads, D)`
-        tensor per layer (its kernel's heads). `layers` all have biases, or
-        none.
+        tensor per layer (its kernel's heads); a layer without a bias adds
+        zeros where others have one.
         """
         width = x.shape[-1]
         # int8 kernels (`quantize("int8")`) come with their scales.
         matrices = [quantization.kernel_matrix(layer, width) for layer in layers]
         sizes = [matrix.columns for matrix in matrices]
         y = quantization.matmul(ops.reshape(x, (-1, width)), matrices)
-        if layers[0].bias is not None:
+        if any(layer.bias is not None for layer in layers):
             biases = [
-                ops.reshape(ops.cast(layer.bias, x.dtype), (-1,)) for layer in layers
+                ops.zeros((size,), x.dtype)
+                if layer.bias is None
+                else ops.reshape(ops.cast(layer.bias, x.dtype), (-1,))
+                for layer, size in zip(layers, sizes, strict=True)
             ]
             y = y + (biases[0] if len(layers) == 1 else ops.concatenate(biases))
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
@@ -421,6 +430,8 @@ class MultiHeadAttention(keras.layers.Layer):
         )
         if self.scale is not None:  # configs saved before `scale` stay equal
             config["scale"] = self.scale
+        if not self.key_bias:
+            config["key_bias"] = False
         return config
 
     def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):

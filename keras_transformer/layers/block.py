@@ -92,10 +92,12 @@ class TransformerBlockBase(keras.layers.Layer):
         feedforward="dense",
         use_bias=True,
         scale=None,
+        key_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
         validation.check_choice("norm", norm, NORMS)
+        validation.check_bool("key_bias", key_bias)
         validation.check_choice("feedforward", feedforward, FEEDFORWARDS)
         validation.check_bool("use_bias", use_bias)
         validation.check_positive_int("num_heads", num_heads)
@@ -115,6 +117,7 @@ class TransformerBlockBase(keras.layers.Layer):
         self.feedforward_kind = feedforward
         self.use_bias = use_bias
         self.scale = scale
+        self.key_bias = key_bias
         self.supports_masking = True
 
     def sublayer(self, role):
@@ -176,6 +179,7 @@ class TransformerBlockBase(keras.layers.Layer):
                         use_bias=self.use_bias,
                         output_dim=hidden_dim,
                         scale=self.scale,
+                        key_bias=self.key_bias,
                         dtype=self.dtype_policy,
                         name=name,
                         **(attention if role == "self_attention" else {}),
@@ -270,8 +274,11 @@ class TransformerBlockBase(keras.layers.Layer):
             feedforward=self.feedforward_kind,
             use_bias=self.use_bias,
             scale=self.scale,
+            key_bias=self.key_bias,
         )
-        defaults = dict(norm="layer", feedforward="dense", use_bias=True, scale=None)
+        defaults = dict(
+            norm="layer", feedforward="dense", use_bias=True, scale=None, key_bias=True
+        )
         config.update({k: v for k, v in options.items() if v != defaults[k]})
         return config
 

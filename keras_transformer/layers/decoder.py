@@ -61,6 +61,8 @@ class TransformerDecoderBlock(TransformerBlockBase):
         use_bias: biases on the projections and the feed-forward layers
             (a rotary self-attention's are `attention_bias`).
         scale: the attention scores' scale; None is 1/sqrt(key_dim).
+        key_bias: with `use_bias`, whether the attentions' key projections
+            have biases (Whisper's have none).
         positions: None (positions come with the embeddings), `"rotary"`
             (a `kt.layers.RotaryAttention` self-attention, with the options
             below) or `"bias"` (an additive `position_bias` given to `call`).

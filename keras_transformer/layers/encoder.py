@@ -34,7 +34,10 @@ class TransformerEncoderBlock(TransformerBlockBase):
         key_dim: per-head size; defaults to hidden size // `num_heads`.
         kernel_initializer: initializer of all kernels.
         bias_initializer: initializer of all biases.
-        **kwargs: base `keras.layers.Layer` arguments.
+        **kwargs: base `keras.layers.Layer` arguments, and the options of
+            `kt.layers.TransformerDecoderBlock` that are not about positions
+            or cross-attention (`norm`, `feedforward`, `use_bias`, `scale`,
+            `key_bias`).
 
     Call arguments:
         inputs: `(B, T, E)`.

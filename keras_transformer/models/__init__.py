@@ -3,7 +3,8 @@ factories and presets.
 
 Each family is one module: `bert.py` (`BERT`; its heads in `bert_heads.py`),
 `gpt.py` (`GPT2`), `llama.py` (`Llama`: Llama, Mistral, Qwen2),
-`seq2seq.py` (`Seq2Seq`), `t5.py` (`T5`: T5, FLAN-T5), `vit.py` (`ViT`). `base.py`
+`seq2seq.py` (`Seq2Seq`), `t5.py` (`T5`: T5, FLAN-T5), `vit.py` (`ViT`),
+`whisper.py` (`Whisper`). `base.py`
 holds what every class shares (size checks, the initializer, the config with
 its dtype policy, presets: `presets.py`), `decoding.py` the small protocol
 (`CausalLM`, `Seq2SeqLM`) that generation and export decode through.
@@ -25,6 +26,7 @@ from keras_transformer.models.presets import PRESETS
 from keras_transformer.models.seq2seq import Seq2Seq, seq2seq
 from keras_transformer.models.t5 import T5, t5
 from keras_transformer.models.vit import ViT, vit
+from keras_transformer.models.whisper import Whisper, whisper
 
 # Last: the checkpoint converters build the classes above.
 from keras_transformer.pretrained import from_pretrained, save_pretrained  # noqa: E402
@@ -42,6 +44,7 @@ __all__ = [
     "Seq2SeqLM",
     "T5",
     "ViT",
+    "Whisper",
     "bert",
     "bert_classifier",
     "bert_feature_extractor",
@@ -53,4 +56,5 @@ __all__ = [
     "seq2seq",
     "t5",
     "vit",
+    "whisper",
 ]

@@ -269,4 +269,30 @@ PRESETS = {
         ),  # fmt: skip
         "parameters": 247_577_856,
     },
+    # Whisper: the checkpoints' configurations (vocabulary 51,865 + our
+    # padding id), counting what transformers counts for them.
+    "whisper_tiny": {
+        "family": "whisper",
+        "config": dict(
+            vocabulary_size=51866,
+            num_layers=4,
+            num_heads=6,
+            hidden_dim=384,
+            intermediate_dim=1536,
+            decoder_start_token_id=50259,
+        ),  # fmt: skip
+        "parameters": 37_760_640,
+    },
+    "whisper_base": {
+        "family": "whisper",
+        "config": dict(
+            vocabulary_size=51866,
+            num_layers=6,
+            num_heads=8,
+            hidden_dim=512,
+            intermediate_dim=2048,
+            decoder_start_token_id=50259,
+        ),  # fmt: skip
+        "parameters": 72_593_920,
+    },
 }
