@@ -59,6 +59,10 @@ def process(sampler, scores, tokens, index, prompt_lengths, stop, end_token_id):
     if sampler.suppressed_token_ids:
         ids = tf.constant(sampler.suppressed_token_ids, tf.int32)
         banned.append(loop.id_mask(ids, vocabulary)[None])
+    if sampler.begin_suppressed_token_ids:
+        ids = tf.constant(sampler.begin_suppressed_token_ids, tf.int32)
+        first = index == prompt_lengths  # (R,)
+        banned.append(tf.logical_and(first[:, None], loop.id_mask(ids, vocabulary)))
     if sampler.min_new_tokens:
         short = index - prompt_lengths < sampler.min_new_tokens  # (R,)
         # An id of -1 (no end token) forbids nothing.
@@ -66,6 +70,10 @@ def process(sampler, scores, tokens, index, prompt_lengths, stop, end_token_id):
         banned.append(tf.logical_and(short[:, None], is_end[None]))
     for mask in banned:
         scores = tf.where(mask, -loop.INF, scores)
+    if sampler.timestamp_token_id is not None:
+        scores = timestamp_rules(
+            sampler, scores, tokens, index, prompt_lengths, end_token_id
+        )
     if sampler.forced_first_token_id is not None:
         first = index == prompt_lengths
         scores = tf.where(
@@ -80,3 +88,50 @@ def process(sampler, scores, tokens, index, prompt_lengths, stop, end_token_id):
     if sampler.renormalize_logits:
         scores = tf.nn.log_softmax(scores, axis=-1)
     return scores
+
+
+def timestamp_rules(sampler, scores, tokens, index, prompt_lengths, end_token_id):
+    """Whisper's timestamp rules (`kt.generation.Sampler`'s
+    `timestamp_token_id`) applied to the `(R, V)` scores of position
+    `index`, as HF's `WhisperTimeStampLogitsProcessor`."""
+    begin = sampler.timestamp_token_id
+    vocabulary = tf.shape(scores)[1]
+    ids = tf.range(vocabulary)[None]  # (1, V)
+    is_timestamp = ids >= begin
+    scores = tf.where(ids == begin - 1, -loop.INF, scores)  # <|notimestamps|>
+    new = index - prompt_lengths  # (R,): new tokens so far
+    last = tokens[:, tf.maximum(index - 1, 0)]
+    penultimate = tokens[:, tf.maximum(index - 2, 0)]
+    last_was = tf.logical_and(new >= 1, last >= begin)[:, None]
+    penultimate_was = tf.logical_or(new < 2, penultimate >= begin)[:, None]
+    # In pairs: after two timestamps text, after one text a timestamp or end
+    # (the ids below the end token are text).
+    end = tf.reduce_min(tf.reshape(end_token_id, [-1]))
+    pair_done = tf.logical_and(last_was, penultimate_was)
+    scores = tf.where(tf.logical_and(pair_done, is_timestamp), -loop.INF, scores)
+    opened = tf.logical_and(last_was, tf.logical_not(penultimate_was))
+    scores = tf.where(tf.logical_and(opened, ids < end), -loop.INF, scores)
+    # Never decreasing: below the last one (an opened pair may close at it).
+    positions = tf.range(tf.shape(tokens)[1])[None]
+    written = tf.logical_and(positions >= prompt_lengths[:, None], positions < index)
+    stamps = tf.where(tf.logical_and(written, tokens >= begin), tokens, -1)
+    latest = tf.reduce_max(stamps, axis=1)[:, None]  # (R, 1), -1: none
+    lowest = tf.where(latest < 0, begin, tf.where(opened, latest, latest + 1))
+    scores = tf.where(tf.logical_and(is_timestamp, ids < lowest), -loop.INF, scores)
+    # The first new token is a timestamp, at most the initial bound.
+    first = (new == 0)[:, None]
+    scores = tf.where(tf.logical_and(first, ids < begin), -loop.INF, scores)
+    if sampler.max_initial_timestamp_index is not None:
+        late = ids > begin + sampler.max_initial_timestamp_index
+        scores = tf.where(tf.logical_and(first, late), -loop.INF, scores)
+    # A timestamp when their total probability beats every text token's.
+    logprobs = tf.nn.log_softmax(scores, axis=-1)
+    timestamp = tf.reduce_logsumexp(
+        tf.where(is_timestamp, logprobs, -loop.INF), axis=-1
+    )
+    text = tf.reduce_max(tf.where(is_timestamp, -loop.INF, logprobs), axis=-1)
+    return tf.where(
+        tf.logical_and((timestamp > text)[:, None], tf.logical_not(is_timestamp)),
+        -loop.INF,
+        scores,
+    )

@@ -27,8 +27,9 @@ class Sampler:
 
     The options change the scores of every step before the token is chosen,
     like the logits processors of Hugging Face `transformers` (in the same
-    order: n-grams, suppressed ids, minimum length, forced first token,
-    forced end token, renormalisation). Forbidden tokens get -inf; a forced
+    order: n-grams, suppressed ids (at the first new position too), Whisper's
+    timestamp rules, minimum length, forced first token, forced end token,
+    renormalisation). Forbidden tokens get -inf; a forced
     token gets 0 and every other token -inf. Each row counts its own prompt
     (its True entries in `prompt_mask`).
 
@@ -48,6 +49,20 @@ class Sampler:
             `no_repeat_ngram_size`).
         suppressed_token_ids: ids that are never generated (HF
             `suppress_tokens`, or `bad_words_ids` of single tokens).
+        begin_suppressed_token_ids: ids that are not generated as a row's
+            first new token (HF `begin_suppress_tokens`: Whisper's blank and
+            end of text).
+        timestamp_token_id: the first of the timestamp tokens that fill the
+            rest of the vocabulary (Whisper's `<|0.00|>`), or None. Then the
+            id before it (`<|notimestamps|>`) is never generated and
+            timestamps follow Whisper's rules (HF
+            `WhisperTimeStampLogitsProcessor`): a row starts with one, they
+            come in pairs (start, end) except before the end token, never
+            decrease, and one is chosen whenever the timestamps' total
+            probability beats every text token's.
+        max_initial_timestamp_index: with `timestamp_token_id`, the first
+            timestamp may be at most `timestamp_token_id +` this (HF
+            `max_initial_timestamp_index`; None: no bound).
         forced_first_token_id: the first new token of every row (HF
             `forced_bos_token_id` with a one-token decoder prompt).
         force_end_token: the end token is forced at the last position filled
@@ -73,6 +88,9 @@ class Sampler:
         min_new_tokens=0,
         no_repeat_ngram_size=0,
         suppressed_token_ids=(),
+        begin_suppressed_token_ids=(),
+        timestamp_token_id=None,
+        max_initial_timestamp_index=None,
         forced_first_token_id=None,
         force_end_token=False,
         renormalize_logits=False,
@@ -85,6 +103,21 @@ class Sampler:
         )
         self.suppressed_token_ids = options.check_id_list(
             "suppressed_token_ids", suppressed_token_ids
+        )
+        self.begin_suppressed_token_ids = options.check_id_list(
+            "begin_suppressed_token_ids", begin_suppressed_token_ids
+        )
+        self.timestamp_token_id = (
+            None
+            if timestamp_token_id is None
+            else validation.check_token_id("timestamp_token_id", timestamp_token_id)
+        )
+        self.max_initial_timestamp_index = (
+            None
+            if max_initial_timestamp_index is None
+            else options.check_count(
+                "max_initial_timestamp_index", max_initial_timestamp_index
+            )
         )
         self.forced_first_token_id = (
             None
@@ -110,6 +143,11 @@ class Sampler:
         """`[(argument, id), ...]`: the ids the options name, for `generate`
         to check against the model's vocabulary."""
         ids = [("suppressed_token_ids", i) for i in self.suppressed_token_ids]
+        ids += [
+            ("begin_suppressed_token_ids", i) for i in self.begin_suppressed_token_ids
+        ]
+        if self.timestamp_token_id is not None:
+            ids.append(("timestamp_token_id", self.timestamp_token_id))
         if self.forced_first_token_id is not None:
             ids.append(("forced_first_token_id", self.forced_first_token_id))
         return ids
@@ -120,6 +158,8 @@ class Sampler:
             self.min_new_tokens
             or self.no_repeat_ngram_size
             or self.suppressed_token_ids
+            or self.begin_suppressed_token_ids
+            or self.timestamp_token_id is not None
             or self.forced_first_token_id is not None
             or self.force_end_token
             or self.renormalize_logits

@@ -210,9 +210,7 @@ class Whisper(ModelMixin, Seq2SeqLM):
         self.encoder_position_embedding = AddedPositions(
             max_source_positions,
             initializer(
-                keras.initializers.Constant(
-                    sinusoids(max_source_positions, hidden_dim)
-                )
+                keras.initializers.Constant(sinusoids(max_source_positions, hidden_dim))
             ),
             trainable=False,
             name="encoder_position_embedding",

@@ -20,6 +20,7 @@ GENERATION_KEYS = (
     "no_repeat_ngram_size",
     "bad_words_ids",
     "suppress_tokens",
+    "begin_suppress_tokens",
     "forced_bos_token_id",
     "forced_eos_token_id",
     "renormalize_logits",
@@ -38,7 +39,6 @@ REFUSED = {
     "encoder_repetition_penalty": 1.0,
     "encoder_no_repeat_ngram_size": 0,
     "exponential_decay_length_penalty": None,
-    "begin_suppress_tokens": None,
     "sequence_bias": None,
     "force_words_ids": None,
     "constraints": None,
@@ -121,6 +121,9 @@ def generation_arguments(config, generation, name):
         suppressed.append(words[0])
     if suppressed:
         arguments["suppressed_token_ids"] = sorted({t + 1 for t in suppressed})
+    if settings.get("begin_suppress_tokens"):
+        begin = settings["begin_suppress_tokens"]
+        arguments["begin_suppressed_token_ids"] = [t + 1 for t in begin]
     if settings.get("forced_bos_token_id") is not None:
         arguments["forced_first_token_id"] = settings["forced_bos_token_id"] + 1
     forced_end = settings.get("forced_eos_token_id")
@@ -160,6 +163,9 @@ def generation_settings(model):
         settings["no_repeat_ngram_size"] = arguments["no_repeat_ngram_size"]
     if arguments.get("suppressed_token_ids"):
         settings["bad_words_ids"] = [[t - 1] for t in arguments["suppressed_token_ids"]]
+    if arguments.get("begin_suppressed_token_ids"):
+        begin = arguments["begin_suppressed_token_ids"]
+        settings["begin_suppress_tokens"] = [t - 1 for t in begin]
     if arguments.get("forced_first_token_id") is not None:
         settings["forced_bos_token_id"] = arguments["forced_first_token_id"] - 1
     if arguments.get("force_end_token") and "eos_token_id" in settings:

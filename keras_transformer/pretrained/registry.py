@@ -5,7 +5,7 @@ class and the task serving it, `model_type` -> its tokenizer reader, and a
 model's PEFT module names. Registering a family is one line in `FAMILIES`.
 """
 
-from keras_transformer.pretrained import bert, gpt2, llama, seq2seq, t5, vit
+from keras_transformer.pretrained import bert, gpt2, llama, seq2seq, t5, vit, whisper
 from keras_transformer.text import hf_tokenizers
 
 FAMILIES = (
@@ -15,6 +15,7 @@ FAMILIES = (
     seq2seq.FAMILY,
     t5.FAMILY,
     vit.FAMILY,
+    whisper.FAMILY,
 )
 
 BY_MODEL_TYPE = {t: family for family in FAMILIES for t in family.model_types}

@@ -238,7 +238,9 @@ LOGITS_BIAS = (  # (1, V) <-> (V + 1,)
 )
 
 
-def _attention_pairs(prefix, attention, heads, size):
+def attention_pairs(prefix, attention, heads, size):
+    """The tensors of an attention named `q_proj`, `k_proj`, `v_proj` and
+    `out_proj` (BART's, Marian's, Whisper's: whose key has no bias)."""
     project, project_bias, output = checkpoint.head_converters(heads, size)
     pairs = []
     for name, layer in [
@@ -246,17 +248,17 @@ def _attention_pairs(prefix, attention, heads, size):
         ("k_proj", attention.key_dense),
         ("v_proj", attention.value_dense),
     ]:
-        pairs += [
-            (f"{prefix}.{name}.weight", layer.kernel, project),
-            (f"{prefix}.{name}.bias", layer.bias, project_bias),
-        ]
+        pairs.append((f"{prefix}.{name}.weight", layer.kernel, project))
+        if layer.bias is not None:
+            pairs.append((f"{prefix}.{name}.bias", layer.bias, project_bias))
     return pairs + [
         (f"{prefix}.out_proj.weight", attention.output_dense.kernel, output),
         (f"{prefix}.out_proj.bias", attention.output_dense.bias, SAME),
     ]
 
 
-def _feedforward_pairs(prefix, block):
+def feedforward_pairs(prefix, block):
+    """The tensors of a block's `fc1`, `fc2` and `final_layer_norm`."""
     return [
         (f"{prefix}.fc1.weight", block.feedforward_intermediate_dense.kernel, LINEAR),
         (f"{prefix}.fc1.bias", block.feedforward_intermediate_dense.bias, SAME),
@@ -302,14 +304,14 @@ def _pairs(model):
             if side == "decoder":
                 attentions.append(("encoder_attn", "cross_attention"))
             for theirs, ours in attentions:
-                pairs += _attention_pairs(
+                pairs += attention_pairs(
                     f"{prefix}.{theirs}", getattr(block, f"{ours}_layer"), heads, size
                 )
                 pairs += checkpoint.norm_pairs(
                     f"{prefix}.{theirs}_layer_norm",
                     getattr(block, f"{ours}_layer_norm"),
                 )
-            pairs += _feedforward_pairs(prefix, block)
+            pairs += feedforward_pairs(prefix, block)
     return pairs
 
 

@@ -34,6 +34,7 @@ from keras_transformer.text.sentencepiece import (
 from keras_transformer.text.t5_tokenizer import T5Tokenizer
 from keras_transformer.text.tokenizer import Tokenizer
 from keras_transformer.text.vocabulary import build_wordpiece_vocabulary
+from keras_transformer.text.whisper_tokenizer import WhisperTokenizer
 from keras_transformer.text.wordpiece import WordPieceTokenizer
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "CharTokenizer",
     "LlamaTokenizer",
     "T5Tokenizer",
+    "WhisperTokenizer",
     "MaskedLMMaskGenerator",
     "SentencePieceTokenizer",
     "Tokenizer",

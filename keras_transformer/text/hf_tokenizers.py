@@ -138,12 +138,12 @@ def read_folder(path, bart=False):
         vocabulary = os.path.join(path, BPE_VOCABULARY)
         if not options:
             vocabulary, options = _with_added(
-                read_vocabulary(vocabulary), _folder_added(path, config), path
+                read_vocabulary(vocabulary), folder_added_tokens(path, config), path
             )
         tokenizer = BytePairTokenizer(
             vocabulary,
             os.path.join(path, MERGES),
-            clean_up_tokenization_spaces=_clean_up_bpe(config),
+            clean_up_tokenization_spaces=clean_up_bpe(config),
             **options,
         )
         _check_size(tokenizer, model_config, path)
@@ -273,17 +273,17 @@ def _bpe_from_tokenizer_json(data, path, config, bart=False):
             vocabulary.setdefault(token["content"], token["id"])
         options = _special_options(BART_SPECIAL, file, "<s>", vocabulary)
     else:
-        added = data.get("added_tokens") or _folder_added(path, config)
+        added = data.get("added_tokens") or folder_added_tokens(path, config)
         vocabulary, options = _with_added(vocabulary, added, path)
     return BytePairTokenizer(
         vocabulary,
         model.get("merges") or [],
-        clean_up_tokenization_spaces=_clean_up_bpe(config),
+        clean_up_tokenization_spaces=clean_up_bpe(config),
         **options,
     )
 
 
-def _folder_added(path, config):
+def folder_added_tokens(path, config):
     """The added tokens of a folder without `tokenizer.json`, as
     `tokenizer.json` lists them (`{"content", "id", "special", ...}`):
     `tokenizer_config.json`'s `added_tokens_decoder`, and `added_tokens.json`
@@ -320,7 +320,7 @@ def _with_added(vocabulary, added, path):
     return vocabulary, {"added_tokens": whole, "special_tokens": special}
 
 
-def _clean_up_bpe(config):
+def clean_up_bpe(config):
     """transformers 5 applies `clean_up_tokenization_spaces` to a BPE
     tokenizer's text only when the folder also sets
     `clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output`

@@ -84,9 +84,8 @@ def check_savable(tokenizer, kind):
     (BERT) or a `BytePairTokenizer` (GPT-2)."""
     if not isinstance(tokenizer, kind):
         raise ValueError(
-            "`tokenizer` must be a kt.text.WordPieceTokenizer (for BERT) or a "
-            "kt.text.BytePairTokenizer (for GPT-2). Received: "
-            f"tokenizer={tokenizer!r}"
+            f"`tokenizer` must be a kt.text.{kind.__name__} for this model. "
+            f"Received: tokenizer={tokenizer!r}"
         )
 
 
