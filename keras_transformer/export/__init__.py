@@ -11,6 +11,7 @@ from keras_transformer.export.image_classifier import (
     export_image_classifier,
     preprocess_image,
 )
+from keras_transformer.export.speech_recognizer import export_speech_recognizer
 from keras_transformer.export.translator import (
     export_summarizer,
     export_text2text,
@@ -18,6 +19,7 @@ from keras_transformer.export.translator import (
 )
 
 __all__ = [
+    "export_speech_recognizer",
     "export_classifier",
     "export_encoder",
     "export_fill_mask",

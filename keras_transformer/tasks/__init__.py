@@ -12,6 +12,7 @@ from keras_transformer.tasks.fill_mask import FillMask
 from keras_transformer.tasks.image_classifier import ImageClassifier
 from keras_transformer.tasks.registry import from_pretrained, load
 from keras_transformer.tasks.sentence_encoder import SentenceEncoder
+from keras_transformer.tasks.speech_recognizer import SpeechRecognizer
 from keras_transformer.tasks.text2text import Text2Text
 from keras_transformer.tasks.text_classifier import TextClassifier
 from keras_transformer.tasks.text_generator import TextGenerator
@@ -21,6 +22,7 @@ __all__ = [
     "FillMask",
     "ImageClassifier",
     "SentenceEncoder",
+    "SpeechRecognizer",
     "Summarizer",
     "Text2Text",
     "Task",

@@ -179,9 +179,7 @@ class WhisperTokenizer(BytePairTokenizer):
                 tf.where(batch == start, positions, tf.int64.max), axis=1
             )
             prompted = batch[:, :1].to_tensor(-1)[:, 0] == self._token_to_id[PREVIOUS]
-            prompt = tf.logical_and(
-                prompted[:, None], positions < first_start[:, None]
-            )
+            prompt = tf.logical_and(prompted[:, None], positions < first_start[:, None])
             keep = tf.logical_and(keep, tf.logical_not(prompt.flat_values))
         batch = tf.ragged.boolean_mask(batch, batch.with_flat_values(keep))
         text = super().detokenize(batch, skip_special_tokens=skip_special_tokens)
@@ -227,7 +225,9 @@ class WhisperTokenizer(BytePairTokenizer):
             tokens = ids[last:cut]
             end = tokens[-1 if i < len(cuts) - 1 or single_ending else -2]
             segments.append(
-                segment(tokens, (tokens[0] - begin) * TIME_STEP, (end - begin) * TIME_STEP)
+                segment(
+                    tokens, (tokens[0] - begin) * TIME_STEP, (end - begin) * TIME_STEP
+                )
             )
             last = cut
         return segments
