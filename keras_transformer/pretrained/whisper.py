@@ -160,6 +160,9 @@ def arguments_to_config(model):
     end = generation.setdefault("eos_token_id", 50257)
     end = end[0] if isinstance(end, list) else end
     generation.update(pad_token_id=end, bos_token_id=end)
+    suppressed = generation.pop("bad_words_ids", None)  # Whisper's name for them
+    if suppressed:
+        generation["suppress_tokens"] = [t for [t] in suppressed]
     for key, value in (model.speech_settings or {}).items():
         if key in ID_SETTINGS:
             value -= 1
