@@ -1,9 +1,9 @@
 """The Colab notebooks: stored clean, and run top to bottom in their small mode.
 
 `KERAS_TRANSFORMER_SMALL=1` makes every notebook use tiny sizes and the
-generated corpora of `keras_transformer.cli.datasets` or scikit-learn's
-bundled digits (no network). Each notebook ends with assertions on what it
-learned, so running is not enough to pass.
+generated corpora of `keras_transformer.cli.datasets`, scikit-learn's
+bundled digits or the repository's fixtures (no network). Each notebook ends
+with assertions on what it learned, so running is not enough to pass.
 Executed outputs stay in memory; nothing is written back into the repository.
 """
 
@@ -16,7 +16,14 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "notebooks"
 NOTEBOOKS = sorted(FOLDER.glob("*.ipynb"))
-NAMES = ["01_layers", "02_gpt", "03_bert", "04_translation", "05_vision"]
+NAMES = [
+    "01_layers",
+    "02_gpt",
+    "03_bert",
+    "04_translation",
+    "05_vision",
+    "06_speech_to_text",
+]
 COLAB = "https://colab.research.google.com/github/keras-transformer/keras-transformer/blob/main/notebooks/"
 
 

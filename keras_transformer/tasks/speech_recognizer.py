@@ -1,6 +1,7 @@
 """`SpeechRecognizer`: a Whisper model and its tokenizer, audio in, text
 out, as transformers' `automatic-speech-recognition` pipeline."""
 
+import keras
 import numpy as np
 
 from keras_transformer.export import speech_recognizer as exporter
@@ -15,6 +16,7 @@ WINDOW = 480000  # samples of 30 s at 16 kHz: what Whisper reads at once
 HOP = 160  # samples per log-mel frame
 
 
+@keras.saving.register_keras_serializable(package="keras_transformer")
 class SpeechRecognizer(Task):
     """Speech to text with a `kt.models.Whisper`: `transcribe(audio)`.
 

@@ -216,7 +216,13 @@ def test_parameter_counts_equal_transformers():
     assert loaded().count_params() == config["num_parameters"]
     arguments = {
         k: loaded().get_config()[k]
-        for k in ("vocabulary_size", "num_layers", "num_heads", "hidden_dim",
-                  "intermediate_dim", "num_mel_bins")  # fmt: skip
+        for k in (
+            "vocabulary_size",
+            "num_layers",
+            "num_heads",
+            "hidden_dim",
+            "intermediate_dim",
+            "num_mel_bins",
+        )  # fmt: skip
     }
     assert kt.models.Whisper.parameter_count(**arguments) == config["num_parameters"]
