@@ -61,8 +61,6 @@ class TransformerDecoderBlock(TransformerBlockBase):
         use_bias: biases on the projections and the feed-forward layers
             (a rotary self-attention's are `attention_bias`).
         scale: the attention scores' scale; None is 1/sqrt(key_dim).
-        key_bias: with `use_bias`, whether the attentions' key projections
-            have biases (Whisper's have none).
         positions: None (positions come with the embeddings), `"rotary"`
             (a `kt.layers.RotaryAttention` self-attention, with the options
             below) or `"bias"` (an additive `position_bias` given to `call`).
@@ -75,7 +73,9 @@ class TransformerDecoderBlock(TransformerBlockBase):
             query attends to.
         attention_bias: the rotary self-attention's projection biases
             (False, True or `"qkv"`).
-        **kwargs: base `keras.layers.Layer` arguments.
+        **kwargs: base `keras.layers.Layer` arguments, and `key_bias`: with
+            `use_bias`, whether the attentions' key projections have biases
+            (Whisper's have none).
 
     Call arguments:
         inputs: `(B, T, E)` target-side hidden states.

@@ -27,6 +27,10 @@ def make(family):
         model = kt.models.seq2seq(40, **TINY, max_sequence_length=16, dropout=0.0)
     elif family == "t5":
         model = kt.models.t5(40, **TINY, key_dim=6, dropout=0.0)
+    elif family == "whisper":
+        model = kt.models.whisper(
+            40, **TINY, num_mel_bins=4, max_source_positions=6, dropout=0.0
+        )
     elif family == "bert_classifier":
         backbone = kt.models.bert(40, **TINY, max_sequence_length=16, dropout=0.0)
         model = kt.models.bert_classifier(backbone, num_classes=3, dropout=0.0)
@@ -46,7 +50,7 @@ def matrix_sizes(layer):
     return rows, int(np.prod(shape)) // rows
 
 
-FAMILIES = ["gpt2", "llama", "seq2seq", "t5", "bert_classifier", "vit"]
+FAMILIES = ["gpt2", "llama", "seq2seq", "t5", "whisper", "bert_classifier", "vit"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

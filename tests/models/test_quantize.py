@@ -30,6 +30,13 @@ def example_inputs(model):
     if isinstance(model, kt.models.ViT):
         size = model.image_size
         return rng.normal(size=(2, size, size, 3)).astype("float32")
+    if isinstance(model, kt.models.Whisper):  # log-mel frames, not ids
+        frames = rng.normal(size=(2, model.num_frames, model.num_mel_bins))
+        target = rng.integers(1, model.vocabulary_size, (2, 5)).astype("int32")
+        return {
+            "encoder_features": frames.astype("float32"),
+            "decoder_token_ids": target,
+        }
     if isinstance(model, kt.models.Seq2SeqLM):  # Seq2Seq, T5
         source = rng.integers(1, model.vocabulary_size, (2, 9)).astype("int32")
         source[1, 6:] = 0
@@ -132,13 +139,15 @@ def dequantize_into(quantized, model):
 # The largest |quantized - float| output over the largest |float| output:
 # measured 0.29% (BERT classifier), 0.68% (masked LM), 0.95% (GPT-2), 4.0%
 # (Llama), 2.7% (Mistral), 7.2% (Qwen2, tied head), 4.8% (Marian), 2.3%
-# (ViT), 1.7% (T5), 7.3% (FLAN-T5); bounds 1.25x those.
+# (ViT), 1.7% (T5), 7.3% (FLAN-T5), 8.6% (Whisper, random log-mel frames);
+# bounds 1.25x those.
 # The error is int8's on each fixture's random, perturbed weights: the
 # outputs equal those of the dequantized float weights (checked first).
 MEASURED = {
     "bert_tiny_classifier": 0.005, "bert_tiny_mlm": 0.01, "gpt2_tiny": 0.015,
     "llama_tiny": 0.05, "mistral_tiny": 0.035, "qwen2_tiny": 0.09, "marian_tiny": 0.06,
     "vit_tiny": 0.03, "t5_tiny": 0.022, "flan_t5_tiny": 0.092,
+    "whisper_tiny_random": 0.108,
 }  # fmt: skip
 
 

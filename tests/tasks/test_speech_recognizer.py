@@ -42,7 +42,8 @@ def samples(path):
     [
         ("greedy_detect_language", {}),
         ("greedy_detect_language_translate", {"task": "translate"}),
-        ("greedy_en_transcribe_timestamps", {"language": "en", "return_timestamps": True}),
+        ("greedy_en_transcribe_timestamps",
+         {"language": "en", "return_timestamps": True}),
     ],
 )  # fmt: skip
 def test_texts_equal_transformers(recognizer, key, options):
