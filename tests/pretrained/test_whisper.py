@@ -16,6 +16,7 @@ import pytest
 from safetensors.numpy import load_file
 
 import keras_transformer as kt
+from tests.helpers import reference_import
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
 AUDIO = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "audio")
@@ -176,6 +177,9 @@ def test_bfloat16_and_float16():
     # Measured: 31% of the largest logit in bfloat16, 4.8% in float16: the
     # fixture's q and k weights (3x whisper's scale) make its attention so
     # sharp that bfloat16's 8-bit rounding of the scores moves it.
+    # transformers itself, loaded in those dtypes, is 8.9% and 3.2% from
+    # its float32 logits (its CPU attention keeps the scores in float32;
+    # ours rounds them to the model's dtype).
     for dtype, bound in (("bfloat16", 0.35), ("float16", 0.06)):
         model = kt.models.from_pretrained(FOLDER, dtype=dtype)
         assert model.token_embedding.embeddings.dtype == dtype
@@ -253,3 +257,43 @@ def test_a_peft_adapter_gives_peft_logits_and_round_trips(tmp_path):
     again = kt.models.from_pretrained(FOLDER)
     again.load_lora(written)
     np.testing.assert_allclose(np.asarray(again(inputs)), logits, atol=1e-5)
+
+
+SEQUENCES = [
+    [50364, 2425, 1002, 50389, 50389, 1002, 13, 50414],  # two pairs, closed
+    [50364, 2425, 50389, 50390, 1002, 50400, 50401, 7, 8],  # open at the end
+    [50364, 2425, 1002, 50389],  # one closed pair
+    [50370, 2425, 1002],  # no pair, a timestamp: ends at it
+    [50364, 2425, 1002],  # no pair, <|0.00|> only: ends at the window's end
+    [2425, 1002],  # no timestamp at all
+]
+
+
+@pytest.mark.parametrize("sequence", SEQUENCES)
+def test_segments_are_cut_as_transformers_cuts_them(sequence):
+    """`WhisperTokenizer.segments` gives the start, end and tokens of
+    transformers' `_retrieve_segment` (time offset 30 s, a 30 s window)."""
+    torch = reference_import("torch")
+    whisper = reference_import("transformers.models.whisper.generation_whisper")
+    theirs, _ = whisper.WhisperGenerationMixin._retrieve_segment(
+        seek_sequence=torch.tensor(sequence),
+        seek_outputs=[None],
+        time_offset=torch.tensor([30.0], dtype=torch.float64),
+        timestamp_begin=50364,
+        seek_num_frames=torch.tensor([3000]),
+        time_precision=0.02,
+        time_precision_features=0.01,
+        input_stride=2,
+        prev_idx=0,
+        idx=0,
+        return_token_timestamps=False,
+        decoder_input_ids=torch.zeros((1, 4), dtype=torch.long),
+    )
+    tokenizer = kt.text.tokenizer_from_pretrained(FOLDER)
+    ours = tokenizer.segments([t + 1 for t in sequence], time_offset=30.0)
+    assert [(s["start"], s["end"]) for s in ours] == [
+        (round(float(s["start"]), 2), round(float(s["end"]), 2)) for s in theirs
+    ]
+    assert [[t - 1 for t in s["tokens"]] for s in ours] == [
+        s["tokens"].tolist() for s in theirs
+    ]
