@@ -130,7 +130,8 @@ class SpeechRecognizer(Task):
     # === Audio to text ===
 
     def log_mel(self, audio, sampling_rate=None):
-        """The log-mel frames `(W, F, M)` of one input's 30 s windows."""
+        """The log-mel frames `(W, F, M)` of one input's 30 s windows
+        (`audio` as `transcribe` takes one input)."""
         samples = audio_inputs.read(audio, sampling_rate)
         windows = max(1, -(-len(samples) // WINDOW))
         samples = np.pad(samples, (0, windows * WINDOW - len(samples)))
@@ -185,7 +186,9 @@ class SpeechRecognizer(Task):
         language = self._check(language, task, return_timestamps, max_new_tokens)
         single = audio_inputs.is_single(audio)
         inputs = [audio] if single else list(audio)
-        frames = [self.log_mel(item, sampling_rate) for item in inputs]  # checks all
+        # Every input is read and checked before any is computed with.
+        inputs = [audio_inputs.read(item, sampling_rate) for item in inputs]
+        frames = [self.log_mel(samples) for samples in inputs]
         counts = [len(f) for f in frames]
         frames = np.concatenate(frames)  # (W, F, M): every window of every input
         if language is not None:
