@@ -12,8 +12,10 @@ text out, the log-mel features included in both timings. In one run:
   tests/fixtures/hf/whisper_tiny_random (not its config.json or weights);
   transcribed by `pipeline("automatic-speech-recognition", device="cpu")`
   with `generate_kwargs={"language": "en", "task": "transcribe",
-  "max_new_tokens": N}` (its `WhisperFeatureExtractor` and greedy
-  `generate`); PyTorch at its default number of threads (one per core);
+  "max_new_tokens": N, "num_beams": 1}` (its `WhisperFeatureExtractor` and
+  greedy `generate`: without `num_beams=1` the pipeline searches 5 beams, its
+  default where generation_config.json sets none, as whisper-tiny's does not);
+  PyTorch at its default number of threads (one per core);
 - ours: `kt.tasks.SpeechRecognizer.from_pretrained` of that folder (the same
   weights, tokenizer and generation settings), `transcribe(samples,
   language="en", max_new_tokens=N)` (log-mel in the graph, the XLA-compiled
@@ -25,7 +27,9 @@ Whisper window). A random model may not emit `<|endoftext|>`, so both decode
 at most `--max-new-tokens` tokens (64 by default). The first call (ours:
 tracing and XLA compiles) is timed apart, then the two run in turn `--runs`
 times and the medians are reported, with transformers' time / ours. The texts
-are compared.
+are compared. Run it on an otherwise idle machine: with another process on
+the cores, PyTorch's OpenMP threads slow down by up to 10x (seen on 2 cores),
+far more than ours, and the ratio means nothing.
 
     pip install -e ".[bench]" && pip install torch==2.13.0 transformers
     python benchmarks/whisper_transcribe.py [--max-new-tokens 64] [--runs 5]
@@ -152,6 +156,7 @@ def main():
                 "language": "en",
                 "task": "transcribe",
                 "max_new_tokens": args.max_new_tokens,
+                "num_beams": 1,  # the pipeline's own default is 5 (openai's)
             },
         )["text"]
 
