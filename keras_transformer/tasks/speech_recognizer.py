@@ -81,7 +81,7 @@ class SpeechRecognizer(Task):
     def _multilingual(self):
         return bool(self._settings().get("is_multilingual", True))
 
-    def _check(self, language, task, return_timestamps, max_new_tokens):
+    def _check(self, language, task, return_timestamps, max_new_tokens, num_beams=1):
         if task not in (None, *TASKS):
             raise ValueError(
                 f"`task` must be None or one of {list(TASKS)}. Received: task={task!r}"
@@ -102,6 +102,15 @@ class SpeechRecognizer(Task):
                 "`max_new_tokens` must be a positive integer or None. Received: "
                 f"max_new_tokens={max_new_tokens!r}"
             )
+        if (
+            not isinstance(num_beams, int)
+            or isinstance(num_beams, bool)
+            or num_beams < 1
+        ):
+            raise ValueError(
+                "`num_beams` must be a positive integer. Received: "
+                f"num_beams={num_beams!r}"
+            )
         return language
 
     def prompt_ids(self, language_id, task="transcribe", timestamps=False):
@@ -113,10 +122,17 @@ class SpeechRecognizer(Task):
             tokens.append(self.tokenizer.timestamp_begin - 1)  # <|notimestamps|>
         return tokens
 
-    def generate_options(self, prompt_length, return_timestamps, max_new_tokens):
+    def generate_options(
+        self, prompt_length, return_timestamps, max_new_tokens, num_beams=1
+    ):
         """`kt.generation.generate`'s keyword arguments: the checkpoint's
-        settings, timestamps, and at most the decoder positions left."""
+        settings, timestamps, beams, and at most the decoder positions
+        left."""
         options = dict(self.model.generation_config or {})
+        if num_beams > 1:  # transformers' beam search
+            options.update(sampler="beam", num_beams=num_beams, rules="transformers")
+            options.setdefault("length_penalty", 1.0)
+            options.setdefault("early_stopping", False)
         limit = self.model.max_sequence_length - prompt_length
         own = options.pop("max_new_tokens", limit)
         options["max_new_tokens"] = min(max_new_tokens or own, limit)
@@ -156,6 +172,7 @@ class SpeechRecognizer(Task):
         task=None,
         return_timestamps=False,
         max_new_tokens=None,
+        num_beams=1,
     ):
         """Text of speech.
 
@@ -173,6 +190,11 @@ class SpeechRecognizer(Task):
                 `"text"`, instead of the text alone.
             max_new_tokens: tokens decoded per 30 s window at most (None:
                 the checkpoint's `max_length`, within the 448 positions).
+            num_beams: 1 decodes greedily (`generate`'s default with
+                Whisper's generation config); more searches that many beams
+                as transformers' beam search does (its
+                `automatic-speech-recognition` pipeline searches 5 where
+                the folder sets no `num_beams`).
 
         Returns:
             A string (or dict) for one input, else a list of them.
@@ -183,7 +205,9 @@ class SpeechRecognizer(Task):
                 unknown language or task, naming the argument and value.
             FileNotFoundError: a path that is not a file.
         """
-        language = self._check(language, task, return_timestamps, max_new_tokens)
+        language = self._check(
+            language, task, return_timestamps, max_new_tokens, num_beams
+        )
         single = audio_inputs.is_single(audio)
         inputs = [audio] if single else list(audio)
         # Every input is read and checked before any is computed with.
@@ -206,7 +230,7 @@ class SpeechRecognizer(Task):
             ]
         )
         options = self.generate_options(
-            prompts.shape[1], return_timestamps, max_new_tokens
+            prompts.shape[1], return_timestamps, max_new_tokens, num_beams
         )
         tokens = generate(
             self.model,

@@ -44,6 +44,7 @@ def samples(path):
         ("greedy_detect_language_translate", {"task": "translate"}),
         ("greedy_en_transcribe_timestamps",
          {"language": "en", "return_timestamps": True}),
+        ("beam5_en_transcribe", {"language": "en", "num_beams": 5}),
     ],
 )  # fmt: skip
 def test_texts_equal_transformers(recognizer, key, options):
