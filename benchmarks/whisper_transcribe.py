@@ -33,6 +33,7 @@ far more than ours, and the ratio means nothing.
 
     pip install -e ".[bench]" && pip install torch==2.13.0 transformers
     python benchmarks/whisper_transcribe.py [--max-new-tokens 64] [--runs 5]
+        [--num-beams 1]  # 5: both search 5 beams, the pipeline's default
 """
 
 import argparse
@@ -115,6 +116,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--num-beams", type=int, default=1, help="5: the pipeline's default search"
+    )
     args = parser.parse_args()
 
     import torch
@@ -135,7 +139,8 @@ def main():
         )
     print(
         f"whisper-tiny shape: {recognizer.model.count_params():,} parameters "
-        f"(transformers {parameters:,}), random weights, float32, greedy, "
+        f"(transformers {parameters:,}), random weights, float32, "
+        f"{'greedy' if args.num_beams == 1 else f'{args.num_beams} beams'}, "
         f"{len(samples) / RATE:.0f} s of audio at batch 1, features included, "
         f"at most {args.max_new_tokens} new tokens, median of {args.runs} runs "
         f"after a first (compiling) one, {os.cpu_count()} CPU cores, torch "
@@ -146,7 +151,10 @@ def main():
 
     def run_ours():
         outputs["ours"] = recognizer.transcribe(
-            samples, language="en", max_new_tokens=args.max_new_tokens
+            samples,
+            language="en",
+            max_new_tokens=args.max_new_tokens,
+            num_beams=args.num_beams,
         )
 
     def run_theirs():
@@ -156,7 +164,7 @@ def main():
                 "language": "en",
                 "task": "transcribe",
                 "max_new_tokens": args.max_new_tokens,
-                "num_beams": 1,  # the pipeline's own default is 5 (openai's)
+                "num_beams": args.num_beams,  # the pipeline's own default: 5
             },
         )["text"]
 

@@ -326,11 +326,16 @@ def decode_function(model, sampler, use_cache=True):
     beams = sampler.num_rows  # rows per prompt: beam search's beams
 
     def decode(tokens, source, start, stop, end_token_id, seed):
-        if beams > 1:
-            tokens = tf.repeat(tokens, beams, axis=0)
-            source = tf.repeat(source, beams, axis=0)
-        prompt_mask = tokens != 0
         state = read_prompt(model, tokens, source, use_cache, start)
+        if beams > 1:
+            # Every beam of a row starts from its row's state: the prompt
+            # (and an encoder's source) is read once per row, then repeated
+            # (each part of a state has the rows first).
+            tokens = tf.repeat(tokens, beams, axis=0)
+            state = tf.nest.map_structure(
+                lambda part: tf.repeat(part, beams, axis=0), state
+            )
+        prompt_mask = tokens != 0
         # What does not change while decoding (a seq2seq model's encoder
         # output and cross-attention caches) stays out of the loop state:
         # the loop neither carries it nor reorders it for beam search.

@@ -35,7 +35,9 @@ or a `Seq2SeqLM` (encoder-decoder, like `Seq2Seq`) for
   varies.
 
 A state is a `tf.nest` structure of tensors (lists, tuples, NamedTuples;
-an absent part is `()`, never None, so that loops can carry it).
+an absent part is `()`, never None, so that loops can carry it), each with
+the rows first: beam search reads each row's prompt once and repeats its
+state for the row's beams.
 
 Decoding is written once per kind of model, over the forward pass a family
 writes. A decoder-only family writes `_forward(token_ids, caches=None,
