@@ -276,6 +276,30 @@ class Seq2SeqLM(keras.Model):
         )
         return logits[:, 0], state._replace(caches=caches)
 
+    def _decoder_blocks(
+        self, y, context, context_mask, caches, start, cross_caches, **options
+    ):
+        """`y` `(B, T, E)` through `decoder_blocks`: over `context` without
+        `caches`, else one cached pass from position `start` that reads
+        `cross_caches`. `options` go to every block (`padding_mask`,
+        `position_bias`). Returns `(y, the updated caches or None)`."""
+        updated = []
+        for i, block in enumerate(self.decoder_blocks):
+            if caches is None:
+                y = block(y, context, context_padding_mask=context_mask, **options)
+                continue
+            options.pop("padding_mask", None)  # a cached pass masks by position
+            y, cache = block(
+                y,
+                context_padding_mask=context_mask,
+                self_attention_cache=caches[i],
+                self_attention_cache_update_index=start,
+                cross_attention_cache=cross_caches[i],
+                **options,
+            )
+            updated.append(cache)
+        return y, (updated if caches is not None else None)
+
     def split_decoding_state(self, state):
         # Only the self-attention caches change (() when uncached).
         return state.caches, state._replace(caches=())

@@ -306,19 +306,9 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         if self.decoder_embeddings_layer_norm is not None:
             y = self.decoder_embeddings_layer_norm(y)
         y = self.decoder_embeddings_dropout(y)
-        updated = []
-        for i, block in enumerate(self.decoder_blocks):
-            if caches is None:
-                y = block(y, context, context_padding_mask=context_mask)
-            else:
-                y, cache = block(
-                    y,
-                    context_padding_mask=context_mask,
-                    self_attention_cache=caches[i],
-                    self_attention_cache_update_index=start,
-                    cross_attention_cache=cross_caches[i],
-                )
-                updated.append(cache)
+        y, updated = self._decoder_blocks(
+            y, context, context_mask, caches, start, cross_caches
+        )
         if self.output_dense is None:  # tied weights
             logits = self.decoder_embeddings(y, reverse=True)  # (B, T, V)
         else:
@@ -326,7 +316,7 @@ class Seq2Seq(ModelMixin, Seq2SeqLM):
         if self.output_bias is not None:
             logits = self.output_bias(logits)
         logits = exclude_padding_logit(logits)  # id 0 is padding, not a token
-        return logits, (updated if caches is not None else None)
+        return logits, updated
 
 
 seq2seq = model_factory(

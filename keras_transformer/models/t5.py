@@ -297,26 +297,10 @@ class T5(ModelMixin, Seq2SeqLM):
         else:  # the step's queries against every cached position
             length = ops.shape(caches[0])[2]
             bias = self.decoder_position_bias(y, key_length=length, query_start=start)
-        updated = []
-        for i, block in enumerate(self.decoder_blocks):
-            if caches is None:
-                y = block(
-                    y,
-                    context,
-                    padding_mask=padding_mask,
-                    context_padding_mask=context_mask,
-                    position_bias=bias,
-                )
-            else:
-                y, cache = block(
-                    y,
-                    context_padding_mask=context_mask,
-                    self_attention_cache=caches[i],
-                    self_attention_cache_update_index=start,
-                    cross_attention_cache=cross_caches[i],
-                    position_bias=bias,
-                )
-                updated.append(cache)
+        y, updated = self._decoder_blocks(
+            y, context, context_mask, caches, start, cross_caches,
+            padding_mask=padding_mask, position_bias=bias,
+        )  # fmt: skip
         y = self.dropout_layer(self.decoder_norm(y))
         if self.lm_head is None:  # tied: rescaled, then the table transposed
             y = y * ops.cast(self._head_scale, y.dtype)
@@ -325,7 +309,7 @@ class T5(ModelMixin, Seq2SeqLM):
             logits = self.lm_head(y)
         logits = ops.pad(ops.cast(logits, "float32"), [[0, 0], [0, 0], [1, 0]])
         logits = exclude_padding_logit(logits)  # (B, T, V): id 0 is no token
-        return logits, (updated if caches is not None else None)
+        return logits, updated
 
     @classmethod
     def parameter_count(

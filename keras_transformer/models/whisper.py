@@ -333,29 +333,15 @@ class Whisper(ModelMixin, Seq2SeqLM):
         # Our id i is the checkpoint's row i - 1; padding reads row 0, masked.
         y = self.token_embedding(ops.maximum(decoder_token_ids - 1, 0))
         y = self.dropout_layer(self.decoder_position_embedding(y, start=start))
-        updated = []
-        for i, block in enumerate(self.decoder_blocks):
-            if caches is None:
-                y = block(
-                    y,
-                    context,
-                    padding_mask=padding_mask,
-                    context_padding_mask=context_mask,
-                )
-            else:
-                y, cache = block(
-                    y,
-                    context_padding_mask=context_mask,
-                    self_attention_cache=caches[i],
-                    self_attention_cache_update_index=start,
-                    cross_attention_cache=cross_caches[i],
-                )
-                updated.append(cache)
+        y, updated = self._decoder_blocks(
+            y, context, context_mask, caches, start, cross_caches,
+            padding_mask=padding_mask,
+        )  # fmt: skip
         y = self.decoder_norm(y)
         logits = self.token_embedding(y, reverse=True)
         logits = ops.pad(ops.cast(logits, "float32"), [[0, 0], [0, 0], [1, 0]])
         logits = exclude_padding_logit(logits)  # (B, T, V): id 0 is no token
-        return logits, (updated if caches is not None else None)
+        return logits, updated
 
     @classmethod
     def parameter_count(
