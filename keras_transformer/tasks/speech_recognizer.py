@@ -4,16 +4,13 @@ out, as transformers' `automatic-speech-recognition` pipeline."""
 import keras
 import numpy as np
 
-from keras_transformer.export import speech_recognizer as exporter
+from keras_transformer.export import speech_recognizer as plan
 from keras_transformer.generation import generate
-from keras_transformer.layers import LogMelSpectrogram
 from keras_transformer.models.whisper import Whisper
 from keras_transformer.tasks import audio as audio_inputs
 from keras_transformer.tasks.base import Task
-from keras_transformer.text.whisper_tokenizer import TASKS, WhisperTokenizer
 
-WINDOW = 480000  # samples of 30 s at 16 kHz: what Whisper reads at once
-HOP = 160  # samples per log-mel frame
+WINDOW = plan.WINDOW
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -50,98 +47,25 @@ class SpeechRecognizer(Task):
     model_classes = (Whisper,)
 
     def __init__(self, model, tokenizer, **kwargs):
-        if not isinstance(tokenizer, WhisperTokenizer):
-            raise ValueError(
-                "`tokenizer` must be a kt.text.WhisperTokenizer. Received: "
-                f"tokenizer={tokenizer!r}"
-            )
+        plan.check_pair(model, tokenizer)
         super().__init__(model, tokenizer, **kwargs)
-        self.features = LogMelSpectrogram(
-            num_mel_bins=model.num_mel_bins, num_samples=model.num_frames * HOP
-        )
+        self.features = plan.features_layer(model)
 
     def __call__(self, inputs, *args, **kwargs):
         if isinstance(inputs, dict) and "decoder_token_ids" in inputs:
             return super().__call__(inputs, *args, **kwargs)
         return self.transcribe(inputs, *args, **kwargs)
 
-    # === Settings ===
-
-    def _settings(self):
-        return dict(self.model.speech_settings or {})
-
     def language_ids(self):
         """Our ids of the model's language tokens (its `lang_to_id`, else
         the tokenizer's language tokens)."""
-        ids = self._settings().get("lang_to_id")
-        if ids:
-            return sorted(ids.values())
-        return [self.tokenizer.token_to_id(t) for t in self.tokenizer.language_tokens()]
-
-    def _multilingual(self):
-        return bool(self._settings().get("is_multilingual", True))
-
-    def _check(self, language, task, return_timestamps, max_new_tokens, num_beams=1):
-        if task not in (None, *TASKS):
-            raise ValueError(
-                f"`task` must be None or one of {list(TASKS)}. Received: task={task!r}"
-            )
-        if language is not None:
-            language = self.tokenizer.language_token(language)
-        if not isinstance(return_timestamps, bool):
-            raise ValueError(
-                "`return_timestamps` must be a bool. Received: "
-                f"return_timestamps={return_timestamps!r}"
-            )
-        if max_new_tokens is not None and (
-            not isinstance(max_new_tokens, int)
-            or isinstance(max_new_tokens, bool)
-            or max_new_tokens < 1
-        ):
-            raise ValueError(
-                "`max_new_tokens` must be a positive integer or None. Received: "
-                f"max_new_tokens={max_new_tokens!r}"
-            )
-        if (
-            not isinstance(num_beams, int)
-            or isinstance(num_beams, bool)
-            or num_beams < 1
-        ):
-            raise ValueError(
-                "`num_beams` must be a positive integer. Received: "
-                f"num_beams={num_beams!r}"
-            )
-        return language
+        return plan.language_ids(self.model, self.tokenizer)
 
     def prompt_ids(self, language_id, task="transcribe", timestamps=False):
         """The decoder prompt (our ids) for one language token id."""
-        tokens = [self.model.decoder_start_token_id]
-        if self._multilingual():
-            tokens += [int(language_id), self.tokenizer.token_to_id(f"<|{task}|>")]
-        if not timestamps:
-            tokens.append(self.tokenizer.timestamp_begin - 1)  # <|notimestamps|>
-        return tokens
-
-    def generate_options(
-        self, prompt_length, return_timestamps, max_new_tokens, num_beams=1
-    ):
-        """`kt.generation.generate`'s keyword arguments: the checkpoint's
-        settings, timestamps, beams, and at most the decoder positions
-        left."""
-        options = dict(self.model.generation_config or {})
-        if num_beams > 1:  # transformers' beam search
-            options.update(sampler="beam", num_beams=num_beams, rules="transformers")
-            options.setdefault("length_penalty", 1.0)
-            options.setdefault("early_stopping", False)
-        limit = self.model.max_sequence_length - prompt_length
-        own = options.pop("max_new_tokens", limit)
-        options["max_new_tokens"] = min(max_new_tokens or own, limit)
-        if return_timestamps:
-            options["timestamp_token_id"] = self.tokenizer.timestamp_begin
-            initial = self._settings().get("max_initial_timestamp_index")
-            if initial is not None:
-                options["max_initial_timestamp_index"] = initial
-        return options
+        return plan.prompt_ids(
+            self.model, self.tokenizer, language_id, task, timestamps
+        )
 
     # === Audio to text ===
 
@@ -205,8 +129,8 @@ class SpeechRecognizer(Task):
                 unknown language or task, naming the argument and value.
             FileNotFoundError: a path that is not a file.
         """
-        language = self._check(
-            language, task, return_timestamps, max_new_tokens, num_beams
+        language = plan.check_options(
+            self.tokenizer, language, task, return_timestamps, max_new_tokens, num_beams
         )
         single = audio_inputs.is_single(audio)
         inputs = [audio] if single else list(audio)
@@ -217,7 +141,7 @@ class SpeechRecognizer(Task):
         frames = np.concatenate(frames)  # (W, F, M): every window of every input
         if language is not None:
             languages = np.full(len(frames), self.tokenizer.token_to_id(language))
-        elif self._multilingual():  # each input's first window decides
+        elif plan.multilingual(self.model):  # each input's first window decides
             firsts = np.cumsum([0, *counts[:-1]])
             detected = self.detect_language(frames[firsts])
             languages = np.repeat(detected, counts)
@@ -229,8 +153,13 @@ class SpeechRecognizer(Task):
                 for i in languages
             ]
         )
-        options = self.generate_options(
-            prompts.shape[1], return_timestamps, max_new_tokens, num_beams
+        options = plan.generate_options(
+            self.model,
+            self.tokenizer,
+            prompts.shape[1],
+            return_timestamps,
+            max_new_tokens,
+            num_beams,
         )
         tokens = generate(
             self.model,
@@ -262,7 +191,9 @@ class SpeechRecognizer(Task):
         """Writes the audio-bytes SavedModel of this task
         (`kt.export.export_speech_recognizer`): served, WAV bytes in, text
         out, as `transcribe` gives for audio of at most 30 s."""
-        return exporter.export_speech_recognizer(self, path, **options)
+        return plan.export_speech_recognizer(
+            self.model, self.tokenizer, path, **options
+        )
 
 
 def _until_end(row, end):

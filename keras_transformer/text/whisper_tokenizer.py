@@ -56,7 +56,7 @@ class WhisperTokenizer(BytePairTokenizer):
 
     Examples:
         >>> import keras_transformer as kt
-        >>> tokenizer = kt.text.WhisperTokenizer.from_pretrained(
+        >>> tokenizer = kt.text.tokenizer_from_pretrained(
         ...     "tests/fixtures/hf/whisper_tiny_random")
         >>> ids = tokenizer("Hello world")
         >>> ids.numpy().tolist()  # transformers' [50258, 50363, 15947, 1002, 50257] + 1
@@ -231,14 +231,6 @@ class WhisperTokenizer(BytePairTokenizer):
             )
             last = cut
         return segments
-
-    @classmethod
-    def from_pretrained(cls, path):
-        """The tokenizer of a Hugging Face Whisper folder (`vocab.json` and
-        `merges.txt`, or `tokenizer.json`, with its added tokens)."""
-        from keras_transformer.text import hf_whisper
-
-        return hf_whisper.from_folder(path)
 
     def get_config(self):
         config = super().get_config()

@@ -189,7 +189,7 @@ def test_bad_gpt2_checkpoints(tmp_path):
         (
             {"model_type": "mt5"},
             r"supported: \['bart', 'bert', 'gpt2', 'llama', 'marian', 'mistral', "
-            r"'qwen2', 't5', 'vit'\]",
+            r"'qwen2', 't5', 'vit', 'whisper'\]",
         ),
     ]:
         with open(folder / "config.json", "w") as f:

@@ -27,7 +27,7 @@ def test_each_served_architecture_names_a_task_class():
     families = kt.pretrained.registry
     names = {cls.__name__ for cls in kt.tasks.registry.task_classes()}
     served = families.served_architectures()
-    assert len(served) == 11  # ... T5ForConditionalGeneration, ViT
+    assert len(served) == 12  # ... T5ForConditionalGeneration, ViT, Whisper
     assert {families.task_for(a) for a in served} <= names
 
     class MyGenerator(kt.tasks.TextGenerator):
