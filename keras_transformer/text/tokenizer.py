@@ -185,14 +185,7 @@ class Tokenizer(keras.layers.Layer):
         Returns:
             A string scalar for `(T,)` ids, else a `(B,)` string tensor.
         """
-        ids = inputs
-        if isinstance(ids, list | tuple):
-            ids = tf.ragged.constant(ids, dtype=tf.int32)
-        ids = checks.as_token_ids(ids)
-        rank = ids.shape.rank
-        batch = tf.cast(ids if rank == 2 else ids[None], tf.int32)
-        if not isinstance(batch, tf.RaggedTensor):
-            batch = tf.RaggedTensor.from_tensor(batch)
+        batch, rank = self.ragged_ids(inputs)
         batch = tf.ragged.boolean_mask(batch, tf.not_equal(batch, 0))
         dropped = [i for i in self._added_ids() if i is not None] + [
             self._token_to_id[t] for t in self.special_tokens
@@ -212,6 +205,21 @@ class Tokenizer(keras.layers.Layer):
             for before, after in CLEAN_UP:
                 text = tf.strings.regex_replace(text, re.escape(before), after)
         return text[0] if rank == 1 else text
+
+    @staticmethod
+    def ragged_ids(inputs):
+        """`(ids as an int32 (B, None) tf.RaggedTensor, the inputs' rank)` of
+        `detokenize`'s `inputs`: `(T,)` or `(B, T)` ids, dense, ragged or
+        a list of lists (checked)."""
+        ids = inputs
+        if isinstance(ids, list | tuple):
+            ids = tf.ragged.constant(ids, dtype=tf.int32)
+        ids = checks.as_token_ids(ids)
+        rank = ids.shape.rank
+        batch = tf.cast(ids if rank == 2 else ids[None], tf.int32)
+        if not isinstance(batch, tf.RaggedTensor):
+            batch = tf.RaggedTensor.from_tensor(batch)
+        return batch, rank
 
     def _unknown_id(self):
         """The id that ids outside the vocabulary decode as; None drops them."""

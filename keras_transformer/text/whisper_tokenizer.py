@@ -8,7 +8,6 @@ Ids are the checkpoint's plus one (id 0 is padding), as every
 import keras
 import tensorflow as tf
 
-from keras_transformer.text import checks
 from keras_transformer.text.bpe import BytePairTokenizer
 
 START = "<|startoftranscript|>"
@@ -160,14 +159,7 @@ class WhisperTokenizer(BytePairTokenizer):
         Returns:
             A string scalar for `(T,)` ids, else a `(B,)` string tensor.
         """
-        ids = inputs
-        if isinstance(ids, list | tuple):
-            ids = tf.ragged.constant(ids, dtype=tf.int32)
-        ids = checks.as_token_ids(ids)
-        rank = ids.shape.rank
-        batch = tf.cast(ids if rank == 2 else ids[None], tf.int32)
-        if not isinstance(batch, tf.RaggedTensor):
-            batch = tf.RaggedTensor.from_tensor(batch)
+        batch, rank = self.ragged_ids(inputs)
         keep = tf.ones_like(batch.flat_values, tf.bool)
         if not decode_with_timestamps:
             keep = batch.flat_values < self.timestamp_begin
