@@ -33,7 +33,11 @@ class T5Tokenizer(Tokenizer):
     matches its added tokens; the text between them is normalized, its
     whitespace runs collapsed and trimmed, and cut into pieces, each word
     after a `"▁"`. `</s>` ends every sequence. `detokenize` joins the pieces
-    with `"▁"` read as a space, as transformers' `decode` does.
+    with `"▁"` read as a space, as transformers' `decode` does: with
+    `skip_special_tokens=True` it drops `<unk>` like the other special
+    tokens (the spaces around it stay), and ids past the vocabulary (the
+    rows a checkpoint pads its vocabulary with, 32100 .. 32127 in T5, which
+    a model may emit) are dropped, never written as `<unk>`.
 
     Args:
         proto: a serialized SentencePiece unigram model (`bytes`) or the
@@ -128,7 +132,7 @@ class T5Tokenizer(Tokenizer):
         return tf.strings.regex_replace(text, "^ ", "", replace_global=False)
 
     def _unknown_id(self):
-        return self._unknown
+        return None  # transformers' decode drops ids that have no piece
 
     def emitted_vocabulary_size(self):
         return self.vocabulary_size()  # sentinels come from text too

@@ -172,7 +172,8 @@ class Tokenizer(keras.layers.Layer):
         """Token ids back to strings, dropping padding (id 0).
 
         Ids outside the vocabulary decode as `[UNK]` (byte-level tokenizers,
-        which have none, drop them). Special tokens are written out unless
+        which have none, and T5's drop them, as transformers' fast
+        tokenizers do). Special tokens are written out unless
         `skip_special_tokens`, as transformers' `decode` writes them.
 
         Args:

@@ -13,6 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from safetensors.numpy import load_file, save_file
 
 import keras_transformer as kt
@@ -119,6 +120,29 @@ def test_tokenizer_ids_and_text_equal_transformers(name):
     assert (
         tokenizer.token_to_id("<extra_id_0>") - 1 == expected["config"]["sentinel_0_id"]
     )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unknown_and_ids_past_the_vocabulary_decode_as_transformers(name):
+    """`<unk>` at the start, middle and end, beside lone spaces and
+    repeated, is dropped by skip_special_tokens with the spaces around it
+    kept; ids past the tokenizer (the checkpoint's padded rows) are dropped
+    either way, never written as `<unk>`: eagerly and in a graph."""
+    tokenizer = kt.text.tokenizer_from_pretrained(folder(name))
+    cases = reference(name)["unknown_decoded"]
+    assert any(None in case["tokens"] for case in cases)  # ids past it
+    graph = {
+        skip: tf.function(
+            lambda ids, skip=skip: tokenizer.detokenize(ids, skip_special_tokens=skip)
+        )
+        for skip in (False, True)
+    }
+    for case in cases:
+        ids, skip = np.asarray(case["ids"]) + 1, case["skip_special_tokens"]
+        text = tokenizer.detokenize(ids, skip_special_tokens=skip)
+        assert text.numpy().decode() == case["text"], case
+        ragged = tf.ragged.constant([ids, ids[:1]], dtype=tf.int32)
+        assert graph[skip](ragged)[0].numpy().decode() == case["text"], case
 
 
 def test_a_tokenizer_json_folder_and_a_spiece_folder_agree():

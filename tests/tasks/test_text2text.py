@@ -2,7 +2,8 @@
 whose text equals transformers' (FLAN-style, greedy); `Summarizer` and
 `Translator` read t5's `task_specific_params` (prefix and beam settings)
 and their text equals transformers' summarization; the SavedModel and the
-`.keras` file give the same text; `fit` trains on string pairs."""
+`.keras` file give the same text; `<unk>` and ids past the tokenizer are
+not written (as transformers' decode); `fit` trains on string pairs."""
 
 import json
 import os
@@ -50,6 +51,25 @@ def test_from_pretrained_gives_text2text_whose_text_is_transformers(flan):
     assert task.generate(case["prompts"][0], max_new_tokens=12) == case["text"][0]
 
 
+def forced_first(name, which):
+    """The `forced_first` reference whose first new token is `<unk>`
+    ("unknown") or an id past the tokenizer ("past")."""
+    cases = reference(name)["forced_first"]
+    return cases[{"unknown": 0, "past": 1}[which]]
+
+
+@pytest.mark.parametrize("which", ["unknown", "past"])
+def test_text2text_drops_unknown_and_ids_past_the_tokenizer(flan, which):
+    """transformers' greedy text when the first new token is `<unk>` or an
+    id of the model's padded vocabulary past the tokenizer: neither is
+    written (real T5 checkpoints emit both)."""
+    case = forced_first("flan_t5_tiny", which)
+    forced = case["kwargs"]["forced_bos_token_id"] + 1
+    assert all(row[1] + 1 == forced for row in case["ids"])
+    texts = flan(case["prompts"], max_new_tokens=12, forced_first_token_id=forced)
+    assert texts == case["text"]
+
+
 def test_summarizer_uses_the_task_prefix_and_settings(summarizer, tmp_path):
     """transformers' summarization of t5-small-style settings: "summarize: ",
     4 beams, length_penalty 2, min_length 5, no_repeat_ngram_size 3; the
@@ -89,15 +109,22 @@ def test_translator_reads_a_translation_entry(summarizer):
 
 
 def test_text2text_export_and_fit(flan, tmp_path):
+    """The SavedModel's text is the task's and transformers' (its first
+    token forced past the tokenizer: dropped in the graph too)."""
     task = flan  # its decode loop compiled by the test above: reused
-    prompts = reference("flan_t5_tiny")["greedy"]["prompts"]
-    expected = task(prompts, max_new_tokens=12)
-    path = task.export(str(tmp_path / "export"), max_new_tokens=12)
+    case = forced_first("flan_t5_tiny", "past")
+    prompts = case["prompts"]
+    forced = case["kwargs"]["forced_bos_token_id"] + 1
+    expected = task(prompts, max_new_tokens=12, forced_first_token_id=forced)
+    settings = {**task._generation_config(), "forced_first_token_id": forced}
+    path = task.export(
+        str(tmp_path / "export"), max_new_tokens=12, generation_config=settings
+    )
     import tensorflow_text  # noqa: F401
 
     served = tf.saved_model.load(path).signatures["generate"]
     texts = served(texts=tf.constant(prompts))["text"].numpy()
-    assert [t.decode() for t in texts] == expected
+    assert [t.decode() for t in texts] == expected == case["text"]
     before = [np.asarray(w).copy() for w in task.model.trainable_weights[:3]]
     pairs = [("Who is Titus?", "a Roman"), ("Who is Lartius?", "a Roman")] * 4
     history = task.fit(pairs, batch_size=4, epochs=2, verbose=0)
