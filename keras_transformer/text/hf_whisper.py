@@ -6,15 +6,26 @@ and lists the special and timestamp tokens in `tokenizer_config.json`'s
 `added_tokens_decoder` (older saves: `added_tokens.json`); a folder that
 transformers 5 saved may hold only a `tokenizer.json`, whose `added_tokens`
 list them. Every added token is matched whole in text; those marked
-`special` are dropped by `skip_special_tokens`.
+`special` are dropped by `skip_special_tokens`. transformers'
+`WhisperTokenizer` adds its `bos_token`, `eos_token` and `unk_token`
+(`<|endoftext|>` unless the config names others) as special tokens too: in
+an English-only folder `<|endoftext|>` is GPT-2's token of `vocab.json`,
+not listed among the added ones, and still matched whole.
+
+Older folders (the hub's until 2023, faster-whisper's `tokenizer.json`)
+list no timestamp tokens: their ids follow `<|notimestamps|>`
+(`kt.text.WhisperTokenizer` reads them so).
 """
 
 import os
 
 from keras_transformer._validation import read_json
-from keras_transformer.text import hf_tokenizers, hf_writers
+from keras_transformer.text import hf_llama, hf_tokenizers, hf_writers
 from keras_transformer.text.whisper_tokenizer import END, WhisperTokenizer
 
+# The tokens transformers' WhisperTokenizer adds as special ones, and
+# their default.
+NAMED = ("bos_token", "eos_token", "unk_token")
 VOCABULARY = "vocab.json"
 MERGES = "merges.txt"
 TOKENIZER = "tokenizer.json"
@@ -44,6 +55,12 @@ def from_folder(path):
     vocabulary = dict(vocabulary)
     for token in added:
         vocabulary.setdefault(token["content"], token["id"])
+    listed = {t["content"] for t in added}
+    for name in NAMED:
+        token = hf_llama.content(config.get(name, END))
+        if token in vocabulary and token not in listed:
+            listed.add(token)
+            added.append({"content": token, "id": vocabulary[token], "special": True})
     return WhisperTokenizer(
         vocabulary,
         merges,

@@ -8,7 +8,7 @@ Ids are the checkpoint's plus one (id 0 is padding), as every
 import keras
 import tensorflow as tf
 
-from keras_transformer.text.bpe import BytePairTokenizer
+from keras_transformer.text.bpe import BytePairTokenizer, read_vocabulary
 
 START = "<|startoftranscript|>"
 END = "<|endoftext|>"
@@ -16,11 +16,34 @@ NO_TIMESTAMPS = "<|notimestamps|>"
 PREVIOUS = "<|startofprev|>"
 TASKS = ("transcribe", "translate")
 TIME_STEP = 0.02  # seconds per timestamp token
+NUM_TIMESTAMPS = 1501  # <|0.00|> ... <|30.00|>
 
 
 def timestamp_token(seconds):
     """The text of the timestamp token of `seconds` (`<|1.20|>`)."""
     return f"<|{seconds:.2f}|>"
+
+
+def with_timestamps(vocabulary):
+    """`vocabulary` (a dict token -> id, or a `vocab.json`) with Whisper's
+    timestamp tokens. Files that list them are kept as they are. Files that
+    end at `<|notimestamps|>` (the hub's older files, faster-whisper's
+    `tokenizer.json`) get `<|0.00|>` ... `<|30.00|>` at the ids after it:
+    transformers reads those ids as timestamps (`<|notimestamps|>` + 1 + i
+    is `<|i * 0.02|>`), and text never gives them."""
+    vocabulary = read_vocabulary(vocabulary)
+    if timestamp_token(0) in vocabulary or NO_TIMESTAMPS not in vocabulary:
+        return vocabulary  # the second: refused by name in WhisperTokenizer
+    last = len(vocabulary) - 1
+    if vocabulary[NO_TIMESTAMPS] != last:
+        raise ValueError(
+            f"`vocabulary` must hold Whisper's timestamp tokens "
+            f"({timestamp_token(0)!r} ...), or end at {NO_TIMESTAMPS!r} (the ids "
+            f"after it are the timestamps). Received: {NO_TIMESTAMPS!r} has id "
+            f"{vocabulary[NO_TIMESTAMPS]}, the last id is {last}"
+        )
+    stamps = [timestamp_token(i * TIME_STEP) for i in range(NUM_TIMESTAMPS)]
+    return {**vocabulary, **{t: last + 1 + i for i, t in enumerate(stamps)}}
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -42,6 +65,10 @@ class WhisperTokenizer(BytePairTokenizer):
     Args:
         vocabulary: a dict token -> id (the checkpoint's ids, special and
             timestamp tokens included), or the path of a `vocab.json`.
+            Without timestamp tokens it must end at `<|notimestamps|>`:
+            the ids after it are the timestamps, as transformers reads
+            such files (the hub's older ones, faster-whisper's), written
+            `<|0.00|>` ... `<|30.00|>` but never matched in text.
         merges: the merges (`"left right"` strings, rank order) or the
             path of a `merges.txt`.
         added_tokens: the tokens matched whole in text (the special and
@@ -77,7 +104,7 @@ class WhisperTokenizer(BytePairTokenizer):
     ):
         kwargs.setdefault("eos_token", END)
         super().__init__(
-            vocabulary,
+            with_timestamps(vocabulary),
             merges,
             added_tokens=added_tokens,
             special_tokens=special_tokens,
