@@ -23,8 +23,8 @@ from keras_transformer._validation import read_json
 from keras_transformer.text import hf_llama, hf_tokenizers, hf_writers
 from keras_transformer.text.whisper_tokenizer import END, WhisperTokenizer
 
-# The tokens transformers' WhisperTokenizer adds as special ones, and
-# their default.
+# The tokens transformers' WhisperTokenizer adds as special ones (each
+# `<|endoftext|>` unless the config names another).
 NAMED = ("bos_token", "eos_token", "unk_token")
 VOCABULARY = "vocab.json"
 MERGES = "merges.txt"
