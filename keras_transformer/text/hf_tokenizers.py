@@ -6,7 +6,9 @@ folder's own (BERT vocabularies put `[PAD]` at id 0, as this library does).
 GPT-2-style folders (`vocab.json` + `merges.txt`) give a
 `BytePairTokenizer`, whose ids are the folder's plus one (id 0 is padding
 here; GPT-2 has none). Either kind may come as a `tokenizer.json` instead,
-which is what recent `transformers` versions write. Marian folders
+which is what recent `transformers` versions write; a BPE `tokenizer.json`
+beside a `vocab.json` and `merges.txt` defines the tokenizer, its
+`added_tokens` included, as transformers' fast tokenizers read it first. Marian folders
 (`source.spm`, `target.spm`, `vocab.json`) give a source and a target
 `SentencePieceTokenizer` whose ids are `vocab.json`'s plus one; BART
 folders a `BytePairTokenizer` that puts `<s>` and `</s>` around each text,
@@ -78,7 +80,9 @@ def tokenizer_from_pretrained(path):
         only a `tokenizer.json` gives a `kt.text.LlamaTokenizer` built
         from it. GPT-2-style folders' added tokens that the vocabulary
         lacks are matched whole (docs/llama.md, "Folders as hub
-        repositories carry them").
+        repositories carry them"); where a byte-level BPE `tokenizer.json`
+        is there, it defines the tokenizer and its added tokens, even
+        beside a `vocab.json` and `merges.txt`.
 
     Raises:
         FileNotFoundError: `path` has none of these files.
@@ -122,49 +126,64 @@ def read_folder(path, bart=False):
         tokenizers = _marian(path)
         _check_size(tokenizers[0], model_config, path)
         return tokenizers
-    if os.path.isfile(os.path.join(path, BPE_VOCABULARY)) and os.path.isfile(
+    data = read_json(os.path.join(path, TOKENIZER), missing_ok=True)
+    if ((data or {}).get("model") or {}).get("type") == "BPE":
+        # transformers' fast tokenizers read tokenizer.json first: when it
+        # is there, it defines the tokenizer, its added tokens included
+        # (a vocab.json and merges.txt beside it may lack them).
+        tokenizer = _bpe_from_tokenizer_json(
+            data, path, config, bart or _is_bart(config, data)
+        )
+    elif os.path.isfile(os.path.join(path, BPE_VOCABULARY)) and os.path.isfile(
         os.path.join(path, MERGES)
     ):
-        options = {}
-        if bart or _is_bart(config):
-            if config.get("add_prefix_space"):
-                raise ValueError(
-                    "`add_prefix_space=True` is not supported. "
-                    f"Received in {os.path.join(path, CONFIG)!r}"
-                )
-            options = _special_options(
-                BART_SPECIAL, os.path.join(path, BPE_VOCABULARY), "<s>"
-            )
-        vocabulary = os.path.join(path, BPE_VOCABULARY)
-        if not options:
-            vocabulary, options = _with_added(
-                read_vocabulary(vocabulary), folder_added_tokens(path, config), path
-            )
-        tokenizer = BytePairTokenizer(
-            vocabulary,
-            os.path.join(path, MERGES),
-            clean_up_tokenization_spaces=clean_up_bpe(config),
-            **options,
-        )
-        _check_size(tokenizer, model_config, path)
-        return tokenizer
-    if os.path.isfile(os.path.join(path, VOCABULARY)):
+        tokenizer = _bpe_from_files(path, config, bart or _is_bart(config))
+    elif os.path.isfile(os.path.join(path, VOCABULARY)):
+        # A WordPiece folder's vocab.txt, with tokenizer_config.json's
+        # flags (which transformers 5 follows over tokenizer.json's).
         with open(os.path.join(path, VOCABULARY), encoding="utf-8") as f:
             tokens = [line.rstrip("\r\n") for line in f]
         while tokens and not tokens[-1]:
             tokens.pop()
-        lowercase = config.get("do_lower_case", True)
-        strip_accents = config.get("strip_accents")
-        chinese = config.get("tokenize_chinese_chars", True)
+        return _wordpiece(
+            tokens,
+            config.get("do_lower_case", True),
+            config.get("strip_accents"),
+            config.get("tokenize_chinese_chars", True),
+            path,
+        )
     else:
-        data = _tokenizer_json(path)
-        if (data.get("model") or {}).get("type") == "BPE":
-            tokenizer = _bpe_from_tokenizer_json(
-                data, path, config, bart or _is_bart(config, data)
+        return _wordpiece(*_from_tokenizer_json(_tokenizer_json(path), path), path)
+    _check_size(tokenizer, model_config, path)
+    return tokenizer
+
+
+def _bpe_from_files(path, config, bart):
+    """A `BytePairTokenizer` from a folder's `vocab.json` and `merges.txt`
+    (without a BPE `tokenizer.json`), with the added tokens its config
+    lists."""
+    vocabulary = os.path.join(path, BPE_VOCABULARY)
+    if bart:
+        if config.get("add_prefix_space"):
+            raise ValueError(
+                "`add_prefix_space=True` is not supported. "
+                f"Received in {os.path.join(path, CONFIG)!r}"
             )
-            _check_size(tokenizer, model_config, path)
-            return tokenizer
-        tokens, lowercase, strip_accents, chinese = _from_tokenizer_json(data, path)
+        options = _special_options(BART_SPECIAL, vocabulary, "<s>")
+    else:
+        vocabulary, options = _with_added(
+            read_vocabulary(vocabulary), folder_added_tokens(path, config), path
+        )
+    return BytePairTokenizer(
+        vocabulary,
+        os.path.join(path, MERGES),
+        clean_up_tokenization_spaces=clean_up_bpe(config),
+        **options,
+    )
+
+
+def _wordpiece(tokens, lowercase, strip_accents, chinese, path):
+    """A `WordPieceTokenizer`, or a ValueError for what it cannot do."""
     if strip_accents is not None and strip_accents != lowercase:
         # tensorflow-text lower-cases and strips accents together.
         raise ValueError(

@@ -1,7 +1,8 @@
 """Tokenizer folders as hub repositories carry them (issue #42): tiny
 vocabularies under the real sections of Llama-2, Mistral, Llama-3.2,
 Qwen2.5 and SmolLM2 files, and GPT-2-style folders whose end token is an
-added token, against tests/fixtures/hf/hub_tokenizers/reference.json
+added token (also one only tokenizer.json adds, beside a vocab.json and
+merges.txt without it), against tests/fixtures/hf/hub_tokenizers/reference.json
 (made by make_hub_tokenizers.py there with tokenizers and transformers)."""
 
 import json
@@ -21,7 +22,7 @@ FOLDERS = os.path.join(
 with open(os.path.join(FOLDERS, "reference.json"), encoding="utf-8") as f:
     REFERENCE = json.load(f)
 HUB = ["llama2", "mistral", "llama3", "qwen25", "smollm2"]
-NAMES = HUB + ["gpt2_added", "gpt2_added_json"]
+NAMES = HUB + ["gpt2_added", "gpt2_added_json", "gpt2_added_files"]
 
 
 class Folders(dict):
@@ -98,11 +99,29 @@ def test_what_each_folder_reads(loaded):
     qwen = loaded["qwen25"]  # <tool_call> is added but not special
     assert "<tool_call>" in qwen.added_tokens
     assert "<tool_call>" not in qwen.special_tokens
-    for name in ("gpt2_added", "gpt2_added_json"):
+    for name in ("gpt2_added", "gpt2_added_json", "gpt2_added_files"):
         tokenizer = loaded[name]
         end = REFERENCE[name]["eos_token_id"] + 1
         assert tokenizer.token_to_id("<|endoftext|>") == end
         assert tokenizer("a<|endoftext|>").numpy().tolist()[-1] == end
+
+
+def test_tokenizer_json_defines_a_folder_that_also_has_vocab_and_merges():
+    """gpt2_added_files: vocab.json and merges.txt lack <|endoftext|>, which
+    only tokenizer.json's added_tokens holds (tokenizer_config.json as
+    transformers 5 saves it): read as transformers reads it, the folder's
+    own eos_token_id is the task's end token and greedy text is
+    transformers'."""
+    folder = os.path.join(FOLDERS, "gpt2_added_files")
+    ref = REFERENCE["gpt2_added_files"]
+    assert {"vocab.json", "merges.txt", "tokenizer.json"} <= set(ref["files"])
+    task = kt.tasks.TextGenerator.from_pretrained(folder)
+    assert task.end_token_id == ref["model_eos_token_id"] + 1 == 301
+    assert "<|endoftext|>" in task.tokenizer.special_tokens
+    for case in ref["greedy"]:
+        assert case["min_logit_margin"] > 1e-4
+        text = task.generate(case["prompt"], max_new_tokens=6)
+        assert text == case["text"], case
 
 
 def test_a_keras_file_keeps_the_sentencepiece_model_and_flags(loaded, tmp_path):
