@@ -32,7 +32,6 @@ refuses the others (`kt.models`' `quantize`).
 """
 
 import math
-import numbers
 from typing import NamedTuple
 
 import keras
@@ -40,67 +39,13 @@ import numpy as np
 from keras import ops
 
 from keras_transformer._compat import kernel_variable
+from keras_transformer.layers.int8_blocks import (  # noqa: F401 (re-exported)
+    BlockConfig,
+    block_scales,
+    quantize_blocks,
+)
 
 SUPPORTED_MODES = ("int8",)
-
-
-@keras.saving.register_keras_serializable(package="keras_transformer")
-class BlockConfig(keras.quantizers.Int8QuantizationConfig):
-    """Keras' weight-only int8 config, with `block_size`: the input rows
-    that share a scale in each output column of our projections (None:
-    the whole column). Keras' own layers ignore it (a scale per column).
-
-    Example:
-        >>> from keras_transformer.layers.quantization import BlockConfig
-        >>> config = BlockConfig(block_size=64)
-        >>> config.mode, config.block_size, config.activation_quantizer
-        ('int8', 64, None)
-    """
-
-    def __init__(self, block_size=None):
-        if block_size is not None and (
-            isinstance(block_size, bool)
-            or not isinstance(block_size, numbers.Integral)
-            or block_size <= 0
-        ):
-            raise ValueError(
-                "`block_size` must be a positive integer or None. "
-                f"Received: block_size={block_size!r}"
-            )
-        super().__init__(activation_quantizer=None)
-        self.block_size = None if block_size is None else int(block_size)
-
-    def get_config(self):
-        return {"block_size": self.block_size}
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(config.get("block_size"))
-
-
-def quantize_blocks(matrix, block_size):
-    """A float `(in, out)` matrix as int8 values `(out, in)` (transposed)
-    and scales `(out, blocks)`: `values / scale` of each value's block of
-    `block_size` rows (the last block may be shorter) is the weight,
-    rounded to the nearest of 255 levels spanning the block's largest
-    magnitude."""
-    rows, columns = matrix.shape
-    blocks = -(-rows // block_size)
-    padded = ops.pad(
-        ops.transpose(ops.cast(matrix, "float32")),
-        [[0, 0], [0, blocks * block_size - rows]],
-    )
-    padded = ops.reshape(padded, (columns, blocks, block_size))
-    largest = ops.max(ops.abs(padded), axis=-1)
-    scale = 127.0 / ops.where(largest > 0, largest, 1.0)
-    values = ops.clip(ops.round(padded * scale[..., None]), -127, 127)
-    values = ops.reshape(values, (columns, blocks * block_size))[:, :rows]
-    return ops.cast(values, "int8"), scale
-
-
-def block_scales(scale, rows, block_size):
-    """Scales `(out, blocks)` as `(out, rows)`: each row's block's."""
-    return ops.repeat(scale, block_size, axis=1)[:, :rows]
 
 
 def check_mode(layer):
@@ -258,7 +203,10 @@ class Int8Matrix:
         block_size = getattr(config, "block_size", None) if mode == "int8" else None
         if block_size is not None and block_size >= rows:
             block_size = None  # one block: a scale per column, as Keras'
-        weights = None if block_size is None else ops.convert_to_numpy(self._kernel)
+        values_follow = getattr(config, "values_follow", False)
+        weights = None
+        if block_size is not None and not values_follow:
+            weights = ops.convert_to_numpy(self._kernel)
         # Keras skips subclasses; these compute the same.
         super().quantize(mode, type_check=False, config=config)
         if mode != "int8":
@@ -266,7 +214,13 @@ class Int8Matrix:
         shape = tuple(self._kernel.shape)
         self._tracker.unlock()
         if block_size is not None:
-            values, scale = quantize_blocks(weights.reshape(rows, columns), block_size)
+            if values_follow:
+                values = np.zeros((columns, rows), "int8")
+                scale = np.ones((columns, -(-rows // block_size)), "float32")
+            else:
+                values, scale = quantize_blocks(
+                    weights.reshape(rows, columns), block_size
+                )
             del self.kernel_scale
             self.kernel_scale = self.add_weight(
                 name="kernel_scale",
@@ -307,11 +261,11 @@ class Int8Matrix:
     def assign_int8(self, values, scale):
         """Sets the int8 kernel from `values` in the float kernel's shape
         (or as an `(in, out)` matrix) and its `scale`."""
-        matrix = ops.reshape(values, self.matrix_shape())
+        # numpy: the transpose of a transposed view is the caller's own
+        # contiguous array (no copy of a large head's values).
+        matrix = np.reshape(np.asarray(values), self.matrix_shape())
         self._kernel.assign(
-            ops.transpose(matrix)
-            if self.transposed_int8
-            else ops.reshape(matrix, self._kernel.shape)
+            matrix.T if self.transposed_int8 else matrix.reshape(self._kernel.shape)
         )
         self.kernel_scale.assign(ops.reshape(scale, self.kernel_scale.shape))
 

@@ -173,6 +173,14 @@ class TensorFile(collections.abc.Mapping):
             shape = tuple(entry["shape"])
             self._entries[name] = (file, 8 + size + start, dtype, shape)
 
+    def placeholder(self, name):
+        """A zero-stride array of the tensor's shape and dtype (nothing
+        read), for checks."""
+        if name in self._arrays:
+            return self._arrays[name]
+        _, _, dtype, shape = self._entries[name]
+        return np.broadcast_to(np.zeros((), dtype), shape)
+
     def __getitem__(self, name):
         if name in self._arrays:
             return self._arrays[name]
@@ -182,6 +190,9 @@ class TensorFile(collections.abc.Mapping):
             f.seek(offset)
             f.readinto(memoryview(array.reshape(-1).view(np.uint8)))
         return array
+
+    def __contains__(self, name):  # Mapping's would read the tensor
+        return name in self._arrays or name in self._entries
 
     def __iter__(self):
         return iter([*self._arrays, *self._entries])
@@ -318,13 +329,16 @@ def assign(pairs, weights, find_key, ignored=()):
         ValueError: a tensor missing, of the wrong shape, or unused; checked
             for every tensor before anything is assigned.
     """
-    values, used = [], set()  # checked first, one tensor at a time
+    # Checked first, one tensor at a time, on placeholders where `weights`
+    # gives them (a tensor's shape and dtype, nothing read).
+    look_up = getattr(weights, "placeholder", weights.__getitem__)
+    values, used = [], set()
     for name, variables, (to_ours, _) in pairs:
         key = find_key(weights, name)
         used.add(key)
         several = isinstance(variables, tuple)
         try:
-            arrays = to_ours(weights[key])
+            arrays = to_ours(look_up(key))
         except ValueError:  # a reshape that the shape does not allow
             arrays = None
         if not several:
@@ -334,7 +348,7 @@ def assign(pairs, weights, find_key, ignored=()):
         for variable, value in zip(variables, arrays, strict=True):
             if value is None or tuple(value.shape) != tuple(variable.shape):
                 raise ValueError(
-                    f"Checkpoint tensor {key!r} has shape {weights[key].shape}, "
+                    f"Checkpoint tensor {key!r} has shape {look_up(key).shape}, "
                     "which disagrees with its config.json (expected "
                     f"{tuple(variable.shape)} in our layout"
                     + (f", {len(variables)} times" if several else "")

@@ -45,12 +45,16 @@ Shape legend: O a projection's outputs, I its inputs, B its blocks of 32
 inputs (I / 32).
 """
 
-import numpy as np
-
 from keras_transformer import _gguf
 from keras_transformer._compat import collect_once, flatten_layers, kernel_variable
 from keras_transformer.layers.quantization import BlockConfig
-from keras_transformer.pretrained import checkpoint, gpt2, llama
+from keras_transformer.pretrained import gpt2, llama
+from keras_transformer.pretrained.gguf_tensors import (
+    BLOCK,
+    INT8,
+    FileTensors,
+    dequantized,
+)
 
 ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
@@ -139,12 +143,7 @@ GPT2_BLOCK_TENSORS = {
 GPT2_TRANSPOSED = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight")
 GPT2_TRANSPOSED += ("mlp.c_proj.weight",)
 EXACT = ("F32", "F16", "BF16")
-INT8 = ("Q8_0", "Q4_0")  # integers times a scale per block of 32
 DEQUANTIZED = ("Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
-BLOCK = 32
-# Tensors kept as int8 only where our layer holds int8 blocks: not the
-# embedding table (a scale per row there).
-NOT_INT8 = ("model.embed_tokens.weight",)
 
 
 def read_config(path):
@@ -250,22 +249,14 @@ def load(path, dtype=None):
     arguments = llama.config_to_arguments(config)  # checks, before tensors
     names = {t.name: _hf_name(t.name, path) for t in reader.tensors}
     _check_types(reader, path)
-    permute = _permutations(config)
-    dtype_np = checkpoint.numpy_dtype(dtype or "float32")
-    weights, blocks = {}, {}
-    for tensor in reader.tensors:
-        name = names[tensor.name]
-        order = permute.get(name, lambda w: w)
-        if tensor.tensor_type.name in INT8 and name not in NOT_INT8:
-            values, scales = _int8_blocks(tensor)
-            blocks[name] = order(values), order(scales)
-            # A placeholder for `build` to check and fill (no copy here).
-            weights[name] = np.broadcast_to(np.zeros((), dtype_np), values.shape)
-        else:
-            weights[name] = order(_dequantized(tensor)).astype(dtype_np, copy=False)
-    model = llama.build(arguments, weights, dtype)
-    _set_int8(model, blocks)
-    return model
+    tensors = FileTensors(path, reader, names, _permutations(config), dtype)
+    del reader  # its metadata (a vocabulary): not kept beside the model
+    try:
+        return llama.build(
+            arguments, tensors, dtype, prepare=lambda m: _set_int8(m, tensors)
+        )
+    finally:
+        tensors.close()
 
 
 def _load_gpt2(reader, config, dtype, path):
@@ -283,11 +274,14 @@ def _load_gpt2(reader, config, dtype, path):
         for t in reader.tensors
     }
     _check_types(reader, path)
-    weights = {}
-    for tensor in reader.tensors:
-        name = names[tensor.name]
-        weight = _dequantized(tensor)  # (O, I)
-        weights[name] = weight.T if name.endswith(GPT2_TRANSPOSED) else weight
+    weights, source = {}, _gguf.TensorBytes(path)
+    try:
+        for tensor in reader.tensors:
+            name = names[tensor.name]
+            weight = dequantized(tensor, source.rows(tensor))  # (O, I)
+            weights[name] = weight.T if name.endswith(GPT2_TRANSPOSED) else weight
+    finally:
+        source.close()
     return gpt2.build(config, weights)
 
 
@@ -348,51 +342,14 @@ def _permutations(config):
     }
 
 
-def _dequantized(tensor):
-    """A tensor's values as float32 `(O, I)` (F16 and BF16 exactly)."""
-    from gguf.quants import dequantize
-
-    shape = tuple(int(n) for n in reversed(tensor.shape))  # ggml counts I first
-    return np.asarray(dequantize(tensor.data, tensor.tensor_type)).reshape(shape)
-
-
-def _int8_blocks(tensor):
-    """`(values, scales)` of a Q8_0 / Q4_0 tensor: int8 `(O, I)` and
-    float32 scales `(O, B)` such that each weight is `values / scale` of
-    its block (our int8 layout; llama.cpp's is `d * q`, so scale = 1 / d).
-
-    Q8_0 blocks are 34 bytes: `d` (float16), then 32 int8 `q`. Q4_0 blocks
-    are 18 bytes: `d`, then 16 bytes whose low halves are `q + 8` of the
-    block's first 16 weights and high halves of its last 16. A negative
-    `d` (Q4_0's usual sign) is moved onto the values; a zero `d` leaves
-    zeros with a scale of 1."""
-    outputs, inputs = int(tensor.shape[1]), int(tensor.shape[0])
-    blocks = inputs // BLOCK
-    data = np.asarray(tensor.data).reshape(outputs, blocks, -1)
-    d = data[..., :2].copy().view(np.float16)[..., 0].astype(np.float32)  # (O, B)
-    if tensor.tensor_type.name == "Q8_0":
-        q = data[..., 2:].view(np.int8).astype(np.int16)  # (O, B, 32)
-    else:
-        packed = data[..., 2:]
-        q = np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.int16) - 8
-    q = np.where((d < 0)[..., None], -q, q)
-    d = np.abs(d)
-    if q.min() < -128 or q.max() > 127:  # only a -128 of a negative Q8_0 scale
-        raise ValueError(
-            f"GGUF tensor {tensor.name!r} has a block that int8 cannot hold "
-            "(-128 with a negative scale)."
-        )
-    q = np.where((d == 0)[..., None], 0, q)
-    scales = np.where(d == 0, 1.0, 1.0 / np.where(d == 0, 1.0, d))
-    return q.reshape(outputs, inputs).astype(np.int8), scales.astype(np.float32)
-
-
-def _set_int8(model, blocks):
-    """Quantizes the layers of the `blocks` tensors (int8 with blocks of
-    32 rows) and sets their values and scales; the model then reports
-    `quantized_mode == "int8"`."""
-    if not blocks:
-        return
+def _set_int8(model, tensors):
+    """Quantizes the layers of the `tensors.int8_names` (int8 with blocks of
+    32 rows, their float kernels never read) and sets their values and
+    scales; the model then reports `quantized_mode == "int8"`. Run before
+    the float tensors are assigned, so a float kernel that int8 replaces
+    is freed first. Returns the names set."""
+    if not tensors.int8_names:
+        return set()
     # The layer holding each pair's variable; its kernel is read as int8
     # matrices once quantized (`kt.layers.quantization.Int8Matrix`).
     owners = {
@@ -400,13 +357,20 @@ def _set_int8(model, blocks):
         for layer in flatten_layers(model)
         if hasattr(layer, "assign_int8")
     }
+    pairs = [p for p in llama.weight_pairs(model) if p[0] in tensors.int8_names]
+    for name, variable, _ in pairs:  # checked before any is set
+        expected = tuple(reversed(tuple(variable.shape)))  # (O, I)
+        if tensors.placeholder(name).shape != expected:
+            raise ValueError(
+                f"GGUF tensor {name!r} has shape {tensors.placeholder(name).shape}, "
+                f"which disagrees with the file's metadata (expected {expected})."
+            )
     with collect_once():
-        for name, variable, _ in llama.weight_pairs(model):
-            if name not in blocks:
-                continue
+        for name, variable, _ in pairs:
             layer = owners[id(variable)]
-            values, scales = blocks[name]
-            layer.quantize("int8", config=BlockConfig(BLOCK))
+            layer.quantize("int8", config=BlockConfig(BLOCK, values_follow=True))
+            values, scales = tensors.int8(name)
             layer.assign_int8(values.T, scales)  # (I, O): Keras' kernel layout
     # The embedding and any dequantized projection stay float.
     model.mark_quantized("int8", BLOCK, keep_float=True)
+    return {name for name, _, _ in pairs}

@@ -376,12 +376,16 @@ def _key(weights, name):
     )
 
 
-def build(arguments, weights, dtype=None):
+def build(arguments, weights, dtype=None, prepare=None):
     """Our `Llama` of checked constructor `arguments` and a checkpoint's
-    tensors, built under `dtype` (None: float32)."""
+    tensors, built under `dtype` (None: float32). `prepare(model)`, if
+    given, runs before any tensor is assigned and returns the names of the
+    tensors it set itself (a GGUF file's int8 blocks), which are then
+    skipped."""
     with global_dtype_policy(dtype or "float32"), placeholder_weights():
         model = Llama(**arguments)
-    ignored = ()
+    done = set(prepare(model)) if prepare else set()
+    ignored = tuple(done)
     if model.tie_word_embeddings and "lm_head.weight" in weights:
         head = weights["lm_head.weight"]
         embedding = weights[_key(weights, "model.embed_tokens.weight")]
@@ -391,8 +395,9 @@ def build(arguments, weights, dtype=None):
                 "embedding, but its config.json ties them "
                 "(tie_word_embeddings=True)."
             )
-        ignored = ("lm_head.weight",)
-    pairs = checkpoint.in_variable_dtype(weight_pairs(model))
+        ignored += ("lm_head.weight",)
+    pairs = [pair for pair in weight_pairs(model) if pair[0] not in done]
+    pairs = checkpoint.in_variable_dtype(pairs)
     checkpoint.assign(pairs, weights, _key, ignored)
     return model
 

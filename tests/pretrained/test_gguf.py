@@ -325,7 +325,8 @@ def no_tensor_reads(monkeypatch):
         raise AssertionError("a tensor was read")
 
     monkeypatch.setattr(gguf.quants, "dequantize", refuse)
-    monkeypatch.setattr(gguf_checkpoints, "_int8_blocks", refuse)
+    # Every tensor's bytes are read through `TensorBytes.rows`.
+    monkeypatch.setattr(gguf_checkpoints._gguf.TensorBytes, "rows", refuse)
 
 
 def test_a_tiny_written_file_loads(tmp_path):

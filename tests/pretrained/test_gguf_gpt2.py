@@ -101,12 +101,12 @@ def test_task_from_gguf_generates_transformers_greedy_text(name):
 
 def test_an_untied_head_is_refused_by_name(monkeypatch):
     # A head quantized to another type than the embedding differs from it.
-    read = kt.pretrained.gguf._dequantized
+    read = kt.pretrained.gguf.dequantized
 
-    def untied(tensor):
-        return read(tensor) + (tensor.name == "output.weight")
+    def untied(tensor, rows, dtype="float32"):
+        return read(tensor, rows, dtype) + (tensor.name == "output.weight")
 
-    monkeypatch.setattr(kt.pretrained.gguf, "_dequantized", untied)
+    monkeypatch.setattr(kt.pretrained.gguf, "dequantized", untied)
     with pytest.raises(ValueError, match="'lm_head.weight' differs"):
         kt.models.from_pretrained(path(NAMES[0]))
 
