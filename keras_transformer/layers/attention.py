@@ -35,7 +35,8 @@ def scaled_dot_product_attention(query, key, value, mask=None):
 
     Returns:
         `(output, attention_weights)` of shapes `(..., T, d_v)` and
-        `(..., T, S)`.
+        `(..., T, S)`, in the dtype of `value`. The scores and the softmax
+        are computed in float32 from float32 copies of `query` and `key`.
 
     Examples:
         >>> import numpy as np
@@ -45,12 +46,14 @@ def scaled_dot_product_attention(query, key, value, mask=None):
         >>> tuple(out.shape), tuple(weights.shape)
         ((1, 3, 3), (1, 3, 3))
     """
-    query = ops.convert_to_tensor(query)
-    key = ops.convert_to_tensor(key)
+    query = ops.cast(ops.convert_to_tensor(query), "float32")
+    key = ops.cast(ops.convert_to_tensor(key), "float32")
     value = ops.convert_to_tensor(value)
-    depth = ops.cast(ops.shape(key)[-1], query.dtype)
+    depth = ops.cast(ops.shape(key)[-1], "float32")
+    # Scores and softmax in float32, whatever the inputs' dtype (see
+    # `layers/grouped.py`); the weights are rounded to the values' dtype.
     scores = ops.matmul(query, ops.swapaxes(key, -1, -2)) / ops.sqrt(depth)
-    weights = masked_softmax(scores, mask)
+    weights = ops.cast(masked_softmax(scores, mask), value.dtype)
     return ops.matmul(weights, value), weights
 
 
@@ -332,10 +335,16 @@ class MultiHeadAttention(keras.layers.Layer):
         return ops.reshape(y, (batch, length, matrix.columns))
 
     def _attend(self, q, k, v, mask, bias, training):
-        """Projected heads -> `(outputs (B, T, H, D), probabilities)`."""
-        scale = 1.0 / math.sqrt(self.key_dim) if self.scale is None else self.scale
-        q = ops.multiply(q, ops.cast(scale, q.dtype))
+        """Projected heads -> `(outputs (B, T, H, D), probabilities)`.
+
+        The queries are scaled in their own dtype, as transformers' Whisper
+        (and BERT, BART, ViT) scales its `q_proj` output; the scores are
+        float32 from there (`layers/grouped.py`)."""
+        q = ops.multiply(q, ops.cast(self._scale(), q.dtype))
         return attend(q, k, v, mask, self.attention_dropout, training, bias)
+
+    def _scale(self):
+        return 1.0 / math.sqrt(self.key_dim) if self.scale is None else self.scale
 
     def _check_position_bias(self, bias, query, value, cache):
         key_length = value.shape[1] if cache is None else cache.shape[2]

@@ -12,6 +12,15 @@ once. Plain multi-head attention is the case K == H (G = 1): the size-1
 group axis leaves every product and sum as it is, so its numbers are those
 of `(B, T, H, D)` einsums bit for bit (float32, bfloat16 and float16,
 eagerly and under XLA), and plain attention needs no path of its own.
+
+Precision, as transformers' default (SDPA) attention computes it on the
+CPU: the scores `Q·Kᵀ` are products of float32 copies of the queries and
+keys (a bfloat16 or float16 product is exact in float32, and the sum is
+float32 too), the bias, mask and softmax stay in float32, and only the
+probabilities are rounded to the values' dtype for the weighted sum with
+`V`, whose result is in that dtype. Rounding the scores to bfloat16 (8
+significant bits) moves a sharp softmax: see docs/llama.md, "Half
+precision".
 """
 
 from keras import ops
@@ -27,7 +36,8 @@ def attend(q, k, v, mask, dropout, training=None, bias=None):
     the layer applied to the probabilities; `bias` is None or a float
     tensor broadcastable to `(B, H, T, S)`, added to the scores before the
     softmax (see `biased_softmax`). The queries must already carry the
-    scale.
+    scale; they may be float32 while keys and values are in the model's
+    dtype. Outputs and probabilities are in the dtype of `v`.
     """
     heads, kv_heads = q.shape[2], k.shape[2]
     groups = heads // kv_heads
@@ -37,9 +47,9 @@ def attend(q, k, v, mask, dropout, training=None, bias=None):
     grouped = ops.reshape(q, (batch, length, kv_heads, groups, q.shape[-1]))
     if q.shape[1] == 1:
         return _attend_one(grouped, k, v, mask, bias, dropout, training)
-    scores = ops.einsum("btkgd,bskd->bkgts", grouped, k)
+    scores = ops.einsum("btkgd,bskd->bkgts", *_float32(grouped, k))
     scores = ops.reshape(scores, (batch, heads, length, keys))
-    probs = biased_softmax(scores, mask, bias)
+    probs = ops.cast(biased_softmax(scores, mask, bias), v.dtype)
     dropped = ops.reshape(
         dropout(probs, training=training), (batch, kv_heads, groups, length, keys)
     )
@@ -51,7 +61,7 @@ def biased_softmax(scores, mask, bias=None):
     """`masked_softmax(scores + bias, mask)` in the dtype of `scores`.
 
     The sum is taken in float32, where the softmax runs, so a bias is not
-    rounded to bfloat16 scores first. Without a bias it is `masked_softmax`
+    rounded to bfloat16 first. Without a bias it is `masked_softmax`
     itself.
     """
     if bias is None:
@@ -74,10 +84,15 @@ def _attend_one(q, k, v, mask, bias, dropout, training):
     kv_heads, groups = q.shape[2], q.shape[3]
     batch = ops.shape(q)[0]
     heads = kv_heads * groups
-    scores = ops.einsum("bkgd,bskd->bkgs", q[:, 0], k)  # (B, K, G, S)
+    scores = ops.einsum("bkgd,bskd->bkgs", *_float32(q[:, 0], k))  # (B, K, G, S)
     scores = ops.reshape(scores, (batch, heads, 1, -1))  # (B, H, 1, S)
-    probs = biased_softmax(scores, mask, bias)
+    probs = ops.cast(biased_softmax(scores, mask, bias), v.dtype)
     dropped = dropout(probs, training=training)
     weights = ops.reshape(dropped, (batch, kv_heads, groups, -1))  # (B, K, G, S)
     output = ops.einsum("bkgs,bskd->bkgd", weights, v)  # (B, K, G, D_v)
     return ops.reshape(output, (batch, 1, heads, v.shape[-1])), probs
+
+
+def _float32(*tensors):
+    """The tensors in float32: the operands of float32 scores."""
+    return [ops.cast(t, "float32") for t in tensors]

@@ -10,6 +10,7 @@ from keras import ops
 
 from keras_transformer import _validation as validation
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.grouped import attend
 from keras_transformer.layers.lora import Projection
 from keras_transformer.layers.masking import merge_masks
 from keras_transformer.layers.rotary import RotaryEmbedding, rope_scaling_type
@@ -203,6 +204,13 @@ class RotaryAttention(MultiHeadAttention):
         rotary = self.rotary_embedding
         cos, sin = rotary.cos_sin(ops.shape(q)[1], start, q.dtype)  # once for both
         return rotary.rotate(q, cos, sin), rotary.rotate(k, cos, sin)
+
+    def _attend(self, q, k, v, mask, bias, training):
+        # transformers' SDPA multiplies the float32 scores by the scale;
+        # scaling float32 queries instead rounds the same way to float32
+        # (bfloat16 queries times 1/sqrt(D) would round to 8 bits first).
+        q = ops.cast(q, "float32") * self._scale()
+        return attend(q, k, v, mask, self.attention_dropout, training, bias)
 
     def _attention_mask(
         self, query, value, key, attention_mask, use_causal_mask, cache, index
