@@ -5,6 +5,7 @@
 embeddings), `rotary.py` (rotary positions), `block.py` with `encoder.py` and
 `decoder.py` (the blocks), `rotary_attention.py`, `normalization.py` (RMS),
 `feedforward.py` (SwiGLU) and `rotary_block.py` (the Llama-family block),
+`gemma_block.py` (Gemma 3's block: query-key norms, four norms),
 `relative_position.py` (T5's relative position bias), `log_mel.py`
 (Whisper's log-mel front end), `patch.py` (image patches), `heads.py`
 (what sits on the logits: `LogitsBias`, `exclude_padding_logit`),
@@ -19,10 +20,14 @@ from keras_transformer.layers.attention import (
 from keras_transformer.layers.decoder import DecoderBlock, TransformerDecoderBlock
 from keras_transformer.layers.encoder import TransformerEncoderBlock
 from keras_transformer.layers.feedforward import GatedFeedForward
+from keras_transformer.layers.gemma_block import Gemma3DecoderBlock, GemmaAttention
 from keras_transformer.layers.heads import LogitsBias, exclude_padding_logit
 from keras_transformer.layers.log_mel import LogMelSpectrogram
 from keras_transformer.layers.masking import causal_mask
-from keras_transformer.layers.normalization import RMSNormalization
+from keras_transformer.layers.normalization import (
+    GemmaRMSNormalization,
+    RMSNormalization,
+)
 from keras_transformer.layers.patch import PatchEmbedding
 from keras_transformer.layers.position import PositionalEmbedding, sinusoidal_encoding
 from keras_transformer.layers.relative_position import RelativePositionBias
@@ -33,6 +38,9 @@ from keras_transformer.layers.rotary_block import RotaryDecoderBlock
 __all__ = [
     "DecoderBlock",
     "GatedFeedForward",
+    "Gemma3DecoderBlock",
+    "GemmaAttention",
+    "GemmaRMSNormalization",
     "LogMelSpectrogram",
     "LogitsBias",
     "MultiHeadAttention",

@@ -1,4 +1,5 @@
-"""RMS normalization as transformers' Llama, Mistral and Qwen2 compute it.
+"""RMS normalization as transformers' Llama, Mistral and Qwen2 compute it,
+and as Gemma computes it (`GemmaRMSNormalization`).
 
 Shape legend: B batch, T sequence length, E hidden size.
 """
@@ -68,3 +69,50 @@ class RMSNormalization(keras.layers.Layer):
 
     def compute_output_shape(self, inputs_shape):
         return inputs_shape
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class GemmaRMSNormalization(RMSNormalization):
+    """Gemma's RMS normalization: `x / sqrt(mean(x²) + epsilon) * (1 +
+    scale)`, all in float32, cast back to the input's dtype at the end.
+
+    The scale is stored zero-centred (it starts at zeros and the layer
+    multiplies by `1 + scale`), as Gemma checkpoints store it, and the
+    product is taken in float32 before the cast, as transformers'
+    `Gemma3RMSNorm` computes it (`RMSNormalization`, Llama's, casts first
+    and multiplies in the input's dtype: a different rounding in
+    bfloat16).
+
+    Args:
+        epsilon: added to the mean square.
+        **kwargs: base `keras.layers.Layer` arguments.
+
+    Call arguments:
+        inputs: `(..., E)`.
+
+    Returns:
+        `(..., E)`, in the input's dtype.
+
+    Examples:
+        >>> import numpy as np
+        >>> import keras_transformer as kt
+        >>> norm = kt.layers.GemmaRMSNormalization(epsilon=1e-6)
+        >>> np.round(norm(np.array([[3.0, 4.0]], "float32")), 4)  # scale 0
+        array([[0.8485, 1.1314]], dtype=float32)
+
+    References:
+        Gemma Team, "Gemma 3 Technical Report", 2025.
+    """
+
+    def build(self, inputs_shape):
+        self.scale = self.add_weight(
+            name="scale", shape=(inputs_shape[-1],), initializer="zeros"
+        )
+        self.built = True
+
+    def call(self, inputs):
+        x = ops.cast(inputs, "float32")
+        x = x * ops.rsqrt(
+            ops.mean(ops.square(x), axis=-1, keepdims=True) + self.epsilon
+        )
+        return ops.cast(x * (1.0 + ops.cast(self.scale, "float32")), inputs.dtype)

@@ -2,7 +2,8 @@
 factories and presets.
 
 Each family is one module: `bert.py` (`BERT`; its heads in `bert_heads.py`),
-`gpt.py` (`GPT2`), `llama.py` (`Llama`: Llama, Mistral, Qwen2),
+`gpt.py` (`GPT2`), `llama.py` (`Llama`: Llama, Mistral, Qwen2), `gemma3.py`
+(`Gemma3`),
 `seq2seq.py` (`Seq2Seq`), `t5.py` (`T5`: T5, FLAN-T5), `vit.py` (`ViT`),
 `whisper.py` (`Whisper`). `base.py`
 holds what every class shares (size checks, the initializer, the config with
@@ -20,6 +21,7 @@ from keras_transformer.models.bert_heads import (
     bert_masked_lm,
 )
 from keras_transformer.models.decoding import CausalLM, Seq2SeqLM
+from keras_transformer.models.gemma3 import Gemma3, gemma3
 from keras_transformer.models.gpt import GPT2, gpt2
 from keras_transformer.models.llama import Llama, llama
 from keras_transformer.models.presets import PRESETS
@@ -37,6 +39,7 @@ __all__ = [
     "BERTFeatureExtractor",
     "BERTMaskedLM",
     "GPT2",
+    "Gemma3",
     "Llama",
     "PRESETS",
     "CausalLM",
@@ -50,6 +53,7 @@ __all__ = [
     "bert_feature_extractor",
     "bert_masked_lm",
     "from_pretrained",
+    "gemma3",
     "gpt2",
     "llama",
     "save_pretrained",

@@ -203,6 +203,18 @@ PRESETS = {
         ),  # fmt: skip
         "parameters": 7_241_732_096,
     },
+    # Gemma 3 (text): the configurations of gemma-3-270m and gemma-3-1b
+    # (262,144 ids + our padding id 0), counting what transformers counts.
+    "gemma3_270m": {
+        "family": "gemma3",
+        "config": _llama_sizes(262145, 18, 4, 1, 640, 2048, 32768),
+        "parameters": 268_098_176,
+    },
+    "gemma3_1b": {
+        "family": "gemma3",
+        "config": _llama_sizes(262145, 26, 4, 1, 1152, 6912, 32768),
+        "parameters": 999_885_952,
+    },
     # T5 (v1.0: ReLU, tied) and FLAN-T5 (gated GELU, untied): 32,128 ids
     # + our padding id 0; counts as transformers counts the checkpoints.
     "t5_tiny": {
