@@ -5,13 +5,23 @@ class and the task serving it, `model_type` -> its tokenizer reader, and a
 model's PEFT module names. Registering a family is one line in `FAMILIES`.
 """
 
-from keras_transformer.pretrained import bert, gpt2, llama, seq2seq, t5, vit, whisper
+from keras_transformer.pretrained import (
+    bert,
+    gemma3,
+    gpt2,
+    llama,
+    seq2seq,
+    t5,
+    vit,
+    whisper,
+)
 from keras_transformer.text import hf_tokenizers
 
 FAMILIES = (
     bert.FAMILY,
     gpt2.FAMILY,
     llama.FAMILY,
+    gemma3.FAMILY,
     seq2seq.FAMILY,
     t5.FAMILY,
     vit.FAMILY,

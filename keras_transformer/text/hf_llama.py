@@ -2,7 +2,8 @@
 
 Two kinds, told apart by the folder's files, not by its model type:
 - SentencePiece BPE with byte fallback (Llama-2, TinyLlama, Mistral): the
-  `tokenizer.model`, read by `kt.text.LlamaTokenizer`;
+  `tokenizer.model`, read by `kt.text.LlamaTokenizer`; or its
+  `tokenizer.json` (Gemma's always: spaces escaped, no "▁" put first);
 - byte-level BPE from `tokenizer.json` (Qwen2, Llama-3, SmolLM2): a
   `kt.text.BytePairTokenizer` with the pre-tokenizer regex and normalizer
   the file declares.
@@ -34,6 +35,7 @@ SENTENCEPIECE_CLASSES = ("LlamaTokenizer", "LlamaTokenizerFast", "CodeLlamaToken
 # Classes that rebuild GPT-2's pipeline (transformers 5 keeps only the
 # vocabulary, merges and post-processor of `tokenizer.json`): SmolLM2's.
 GPT2_CLASSES = ("GPT2Tokenizer", "GPT2TokenizerFast")
+GEMMA_CLASSES = ("GemmaTokenizer", "GemmaTokenizerFast")
 
 
 def from_folder(path):
@@ -154,7 +156,9 @@ def _ends(data, config, default_bos, file):
 def _sentencepiece(path, config, data, chat):
     file = os.path.join(path, SPM)
     scheme = None
-    if not os.path.isfile(file):
+    # transformers 5's GemmaTokenizer reads tokenizer.json, never the .model.
+    gemma = data is not None and config.get("tokenizer_class") in GEMMA_CLASSES
+    if gemma or not os.path.isfile(file):
         if data is None:
             raise FileNotFoundError(
                 f"A SentencePiece tokenizer needs {SPM}; {file!r} is missing."
@@ -195,6 +199,10 @@ _LEGACY_NORMALIZER = [
     {"type": "Prepend", "prepend": "\u2581"},
     {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
 ]
+# Gemma's: spaces written "▁", then a split at spaces (there are none left).
+_GEMMA_NORMALIZER = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+_GEMMA_SPLIT = {"type": "Split", "pattern": {"String": " "},
+                "behavior": "MergedWithPrevious", "invert": False}  # fmt: skip
 _DECODERS = ("Replace", "ByteFallback", "Fuse", "Strip", "Metaspace")
 
 
@@ -206,6 +214,8 @@ def _prepend_scheme(data, file):
     scheme = None
     if pre is None and steps == _LEGACY_NORMALIZER:
         scheme = "prepend"
+    elif normalizer == _GEMMA_NORMALIZER and pre in (None, _GEMMA_SPLIT):
+        scheme = "never"  # Gemma: spaces escaped, no "▁" put first
     elif normalizer is None and (pre or {}).get("type") == "Metaspace":
         if pre.get("replacement") == "\u2581" and pre.get("split") is False:
             scheme = pre.get("prepend_scheme", "always")
@@ -213,7 +223,8 @@ def _prepend_scheme(data, file):
         raise ValueError(
             f"{file!r}: a SentencePiece-BPE tokenizer.json must have the legacy "
             'normalizer (Prepend("▁"), Replace(" ", "▁")) and no pre-tokenizer, '
-            "or a Metaspace pre-tokenizer that does not split. Received: "
+            "a Metaspace pre-tokenizer that does not split, or Gemma's "
+            'Replace(" ", "▁") normalizer. Received: '
             f"normalizer={normalizer!r:.200}, pre_tokenizer={pre!r:.200}"
         )
     decoder = data.get("decoder") or {}
