@@ -48,7 +48,7 @@ inputs (I / 32).
 from keras_transformer import _gguf
 from keras_transformer._compat import collect_once, flatten_layers, kernel_variable
 from keras_transformer.layers.quantization import BlockConfig
-from keras_transformer.pretrained import gpt2, llama
+from keras_transformer.pretrained import gguf_gemma3, gpt2, llama
 from keras_transformer.pretrained.gguf_tensors import (
     BLOCK,
     INT8,
@@ -61,6 +61,7 @@ ARCHITECTURES = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "gpt2": "GPT2LMHeadModel",
+    "gemma3": "Gemma3ForCausalLM",
 }
 # The model types whose query and key rows llama.cpp permutes (Qwen2's it
 # writes as they are).
@@ -285,9 +286,27 @@ def _load_gpt2(reader, config, dtype, path):
     return gpt2.build(config, weights)
 
 
-# Architectures read by their own `(config_of, load)`; the rest are
-# `llama`'s, read by `config_of` and `load` above.
-OWN_READERS = {"gpt2": (_gpt2_config, _load_gpt2)}
+def _gemma3_config(metadata, tensor_names, path):
+    """The Gemma 3 `config.json` of a `gemma3` file (`gguf_gemma3.py`)."""
+    config = gguf_gemma3.config_of(metadata, path)
+    return _with_tokens(config, metadata, tensor_names)
+
+
+def _load_gemma3(reader, config, dtype, path):
+    """Our `Gemma3` of a `gemma3` file (`gguf_gemma3.py`)."""
+    _check_types(reader, path)
+    return gguf_gemma3.load(reader, config, dtype, path)
+
+
+# Architectures read by their own `(config_of, load)`, by architecture and
+# by the `model_type` of their config; the rest are `llama`'s, read by
+# `config_of` and `load` above.
+GEMMA3 = (_gemma3_config, _load_gemma3)
+OWN_READERS = {
+    "gpt2": (_gpt2_config, _load_gpt2),
+    "gemma3": GEMMA3,
+    "gemma3_text": GEMMA3,
+}
 
 
 def _check_types(reader, path):

@@ -27,7 +27,12 @@ types and special token ids. `tokenizer.ggml.model` names the kind:
   whatever `tokenizer.ggml.add_space_prefix` says: transformers does not
   read it, llama.cpp does (a warning says so where it is false). The
   begin-of-text token goes first unless `add_bos_token` is false;
-- anything else (`"t5"`, Gemma's files...) is refused, naming it.
+- `"llama"` in Gemma's files (`general.architecture` `gemma`, `gemma2`,
+  `gemma3`) gives the same, as transformers' `GemmaTokenizer` reads them:
+  no "▁" before the text, runs of spaces stored as spaces read as runs of
+  "▁", and the merges ranked by the pieces' order in the file, not by
+  their scores (which do not follow it);
+- anything else (`"t5"`...) is refused, naming it.
 
 The chat template is `tokenizer.chat_template`. Ids are the file's plus one
 (id 0 is padding here).
@@ -79,6 +84,9 @@ def from_file(path):
 def from_metadata(metadata, path):
     """The tokenizer described by a GGUF file's `metadata` (from `path`)."""
     kind = metadata.get("tokenizer.ggml.model")
+    architecture = metadata.get("general.architecture")
+    if kind == "llama" and architecture in SENTENCEPIECE_READERS:
+        return SENTENCEPIECE_READERS[architecture](metadata, path)
     if kind not in READERS:
         raise ValueError(
             f"This GGUF file's tokenizer is not supported (supported: "
@@ -143,7 +151,7 @@ def _byte_level(metadata, path):
     )
 
 
-def _sentencepiece(metadata, path):
+def _sentencepiece(metadata, path, prepend_scheme="first"):
     tokens = metadata["tokenizer.ggml.tokens"]
     types = metadata.get("tokenizer.ggml.token_type") or [spm.NORMAL] * len(tokens)
     scores = metadata.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
@@ -171,7 +179,8 @@ def _sentencepiece(metadata, path):
         unknown,
         add_dummy_prefix=metadata.get("tokenizer.ggml.add_space_prefix", True),
     )
-    if metadata.get("tokenizer.ggml.add_space_prefix") is False:
+    space_prefix = metadata.get("tokenizer.ggml.add_space_prefix")
+    if space_prefix is False and prepend_scheme != "never":
         logging.warning(
             "%s: tokenizer.ggml.add_space_prefix is false, but a space is put "
             "before the text, as transformers does (llama.cpp does not).",
@@ -191,7 +200,7 @@ def _sentencepiece(metadata, path):
     return LlamaTokenizer(
         proto,
         added_tokens=special + plain,
-        prepend_scheme="first",
+        prepend_scheme=prepend_scheme,
         bos_token=bos,
         eos_token=eos,
         special_tokens=[t for t in special if t not in (bos, eos)],
@@ -227,7 +236,26 @@ def _check_scores(tokens, scores, kinds, path):
             seen[score] = token
 
 
+def _gemma(metadata, path):
+    """Gemma's files, as transformers reads them (`GemmaTokenizer`): no "▁"
+    before the text; a run of spaces stored as spaces is the piece of as
+    many "▁"; and the pieces' order, not their scores, ranks the merges."""
+    tokens = [
+        "\u2581" * len(t) if " " in t and not t.strip() else t
+        for t in metadata["tokenizer.ggml.tokens"]
+    ]
+    order = [-float(i) for i in range(len(tokens))]
+    metadata = {
+        **metadata,
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": order,
+    }
+    return _sentencepiece(metadata, path, prepend_scheme="never")
+
+
 READERS = {"gpt2": _byte_level, "llama": _sentencepiece}
+# SentencePiece files read by their architecture, as transformers does.
+SENTENCEPIECE_READERS = {"gemma": _gemma, "gemma2": _gemma, "gemma3": _gemma}
 
 
 def _respelled(tokens):
