@@ -24,6 +24,10 @@ from keras_transformer.layers import (
     gelu_approximate,
     quantization,
 )
+from keras_transformer.layers.float32_residual import (
+    Float32ResidualDecoderBlock,
+    Float32ResidualEncoderBlock,
+)
 from keras_transformer.models.base import (
     ModelMixin,
     constructor_arguments,
@@ -211,21 +215,32 @@ class T5(ModelMixin, Seq2SeqLM):
                 else dict(activation="relu")
             ),
         )
+        # In float16, transformers keeps `wo` in float32 and so the residual
+        # stream from there (layers/float32_residual.py).
+        float16 = keras.config.dtype_policy().compute_dtype == "float16"
+        encoder_block, decoder_block = (
+            (Float32ResidualEncoderBlock, Float32ResidualDecoderBlock)
+            if float16
+            else (TransformerEncoderBlock, TransformerDecoderBlock)
+        )
+        norm_options = dict(autocast=False) if float16 else {}
         self.encoder_position_bias = RelativePositionBias(
             num_heads, num_buckets, max_distance, True, name="encoder_position_bias"
         )
         self.encoder_blocks = [
-            TransformerEncoderBlock(
+            encoder_block(
                 num_heads, intermediate_dim, name=f"encoder_layer_{i}", **block_options
             )
             for i in range(num_layers)
         ]
-        self.encoder_norm = RMSNormalization(layer_norm_epsilon, name="encoder_norm")
+        self.encoder_norm = RMSNormalization(
+            layer_norm_epsilon, name="encoder_norm", **norm_options
+        )
         self.decoder_position_bias = RelativePositionBias(
             num_heads, num_buckets, max_distance, False, name="decoder_position_bias"
         )
         self.decoder_blocks = [
-            TransformerDecoderBlock(
+            decoder_block(
                 num_heads,
                 intermediate_dim,
                 positions="bias",
@@ -234,7 +249,9 @@ class T5(ModelMixin, Seq2SeqLM):
             )
             for i in range(num_decoder_layers or num_layers)
         ]
-        self.decoder_norm = RMSNormalization(layer_norm_epsilon, name="decoder_norm")
+        self.decoder_norm = RMSNormalization(
+            layer_norm_epsilon, name="decoder_norm", **norm_options
+        )
         self.dropout_layer = keras.layers.Dropout(dropout, name="dropout")
         self._head_scale = hidden_dim**-0.5  # T5's d_model ** -0.5, tied
         self.lm_head = None
@@ -276,7 +293,9 @@ class T5(ModelMixin, Seq2SeqLM):
         bias = self.encoder_position_bias(x)  # (1, H, S, S)
         for block in self.encoder_blocks:
             x = block(x, padding_mask=padding_mask, position_bias=bias)
-        return self.dropout_layer(self.encoder_norm(x))
+        norm = self.encoder_norm  # float32 out in float16 (autocast=False)
+        x = ops.cast(norm(x), norm.compute_dtype)
+        return self.dropout_layer(x)
 
     def _decode(
         self,
@@ -301,7 +320,8 @@ class T5(ModelMixin, Seq2SeqLM):
             y, context, context_mask, caches, start, cross_caches,
             padding_mask=padding_mask, position_bias=bias,
         )  # fmt: skip
-        y = self.dropout_layer(self.decoder_norm(y))
+        y = ops.cast(self.decoder_norm(y), self.decoder_norm.compute_dtype)
+        y = self.dropout_layer(y)
         if self.lm_head is None:  # tied: rescaled, then the table transposed
             y = y * ops.cast(self._head_scale, y.dtype)
             logits = self.token_embedding(y, reverse=True)
