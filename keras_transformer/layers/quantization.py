@@ -31,7 +31,9 @@ scales, 1/32 of them at 128).
 refuses the others (`kt.models`' `quantize`).
 """
 
+import contextlib
 import math
+import threading
 from typing import NamedTuple
 
 import keras
@@ -171,6 +173,27 @@ def matmul(x, matrices):
     return y + (updates[0] if len(updates) == 1 else ops.concatenate(updates, axis=1))
 
 
+_INT8_AT_BUILD = threading.local()
+
+
+@contextlib.contextmanager
+def int8_at_build(select):
+    """`Dense` layers built inside are built int8 where `select(layer,
+    (in, out))` gives their `BlockConfig`: int8 values and scales only (in
+    our layout, zeros and ones), so no float kernel is ever made. For
+    loaders whose int8 values are assigned next (`assign_int8`): a GGUF
+    file's Q8_0 output head is 136M weights, half a GB in float32."""
+    before = getattr(_INT8_AT_BUILD, "select", None)
+    _INT8_AT_BUILD.select = select
+    try:
+        yield
+    finally:
+        if before is None:
+            del _INT8_AT_BUILD.select
+        else:
+            _INT8_AT_BUILD.select = before
+
+
 class Int8Matrix:
     """Mixin of a `Dense` or `EinsumDense` subclass whose int8 kernel is
     kept in memory as its transposed matrix `(out, in)`, `in` being the
@@ -199,22 +222,32 @@ class Int8Matrix:
     int8_block_size = None  # the rows sharing a scale (None: a column)
 
     def quantize(self, mode=None, type_check=True, config=None):
-        rows, columns = self.matrix_shape()
-        block_size = getattr(config, "block_size", None) if mode == "int8" else None
-        if block_size is not None and block_size >= rows:
-            block_size = None  # one block: a scale per column, as Keras'
-        values_follow = getattr(config, "values_follow", False)
+        block_size = self._block_size(config) if mode == "int8" else None
         weights = None
-        if block_size is not None and not values_follow:
+        if block_size is not None and not getattr(config, "values_follow", False):
             weights = ops.convert_to_numpy(self._kernel)
         # Keras skips subclasses; these compute the same.
         super().quantize(mode, type_check=False, config=config)
-        if mode != "int8":
-            return
+        if mode == "int8":
+            self._own_int8_layout(block_size, weights)
+
+    def _block_size(self, config):
+        """`config`'s block size, None for one block (a scale per column,
+        as Keras')."""
+        block_size = getattr(config, "block_size", None)
+        if block_size is not None and block_size >= self.matrix_shape()[0]:
+            return None
+        return block_size
+
+    def _own_int8_layout(self, block_size, weights):
+        """Keras' int8 kernel `(in, out)` and scales replaced by ours: the
+        transposed matrix and, with `block_size`, `weights` (float `(in,
+        out)`) quantized in blocks, or zeros when None (values follow)."""
+        rows, columns = self.matrix_shape()
         shape = tuple(self._kernel.shape)
         self._tracker.unlock()
         if block_size is not None:
-            if values_follow:
+            if weights is None:
                 values = np.zeros((columns, rows), "int8")
                 scale = np.ones((columns, -(-rows // block_size)), "float32")
             else:
@@ -340,6 +373,20 @@ class Dense(Int8Matrix, keras.layers.Dense):
         >>> bool(np.allclose(layer(x), before, atol=0.05))
         True
     """
+
+    def build(self, input_shape):
+        config = getattr(_INT8_AT_BUILD, "select", lambda *_: None)(
+            self, (int(input_shape[-1]), int(self.units))
+        )
+        if config is None:
+            super().build(input_shape)
+            return
+        # Keras builds a layer of an int8 policy with int8 variables only.
+        self.quantization_config = config
+        source = self.dtype_policy.name
+        self.dtype_policy = keras.dtype_policies.QuantizedDTypePolicy("int8", source)
+        super().build(input_shape)
+        self._own_int8_layout(self._block_size(config), None)
 
     def lora_factors(self):
         """`(A, B, alpha / r)` with Keras' LoRA enabled, else None."""

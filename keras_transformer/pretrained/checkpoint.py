@@ -7,6 +7,7 @@ import json
 import os
 
 import numpy as np
+import tensorflow as tf
 
 from keras_transformer._validation import read_json
 
@@ -382,18 +383,49 @@ def assign_value(variable, value):
     """`variable.assign(value)`, in blocks of rows when `value` is large:
     TensorFlow then never holds a second whole copy of a tensor beside the
     variable (a bfloat16 0.5B model's embedding is 272 MB), so loading
-    needs little more memory than the weights themselves."""
-    value = np.asarray(value)
+    needs little more memory than the weights themselves.
+
+    `value` may also be a `RowSource` (a table read from its file a block
+    of rows at a time, never whole)."""
+    if not isinstance(value, RowSource):
+        value = np.asarray(value)
     if value.ndim == 0 or value.nbytes <= BLOCK_BYTES:
         variable.assign(value)
         return
     rows = value.shape[0]
     step = max(1, rows * BLOCK_BYTES // value.nbytes)
-    target = variable.value  # the backend's variable: its rows assign in place
+    # The backend's variable, its rows updated in place by a scatter (a
+    # sliced `assign` reads the variable first, and TensorFlow then keeps
+    # a second copy of it: 0.6 GB more for a 0.5B model's embedding).
+    target = variable.value
     for start in range(0, rows, step):
-        target[start : start + step].assign(
-            np.ascontiguousarray(value[start : start + step])
+        rows_now = np.ascontiguousarray(value[start : start + step])
+        target.scatter_update(
+            tf.IndexedSlices(rows_now, tf.range(start, start + len(rows_now)))
         )
+
+
+class RowSource:
+    """A large checkpoint tensor that `assign_value` reads a block of rows
+    at a time, never whole: `read(start, stop)` gives rows `[start, stop)`
+    as an array of `shape[1:]` rows (e.g. a quantized GGUF embedding
+    table, dequantized piece by piece). `astype` casts each block as it
+    is read; slicing reads rows."""
+
+    def __init__(self, shape, dtype, read):
+        self.shape, self.dtype, self._read = tuple(shape), np.dtype(dtype), read
+        self.ndim = len(self.shape)
+        self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
+
+    def astype(self, dtype, copy=True):
+        return RowSource(self.shape, dtype, self._read)
+
+    def __getitem__(self, rows):
+        start, stop, _ = rows.indices(self.shape[0])
+        return np.asarray(self._read(start, stop)).astype(self.dtype, copy=False)
+
+    def __array__(self, dtype=None, copy=None):  # whole, where one is asked for
+        return self[:].astype(dtype or self.dtype, copy=False)
 
 
 def in_variable_dtype(pairs):

@@ -45,13 +45,16 @@ Shape legend: O a projection's outputs, I its inputs, B its blocks of 32
 inputs (I / 32).
 """
 
+import collections
+
 from keras_transformer import _gguf
-from keras_transformer._compat import collect_once, flatten_layers, kernel_variable
-from keras_transformer.layers.quantization import BlockConfig
+from keras_transformer._compat import collect_once
+from keras_transformer.layers.quantization import BlockConfig, int8_at_build
 from keras_transformer.pretrained import gguf_gemma3, gpt2, llama
 from keras_transformer.pretrained.gguf_tensors import (
     BLOCK,
     INT8,
+    NOT_INT8,
     FileTensors,
     dequantized,
 )
@@ -254,10 +257,34 @@ def load(path, dtype=None):
     del reader  # its metadata (a vocabulary): not kept beside the model
     try:
         return llama.build(
-            arguments, tensors, dtype, prepare=lambda m: _set_int8(m, tensors)
+            arguments,
+            tensors,
+            dtype,
+            prepare=lambda m: _set_int8(m, tensors),
+            constructing=int8_at_build(_built_int8(tensors)),
         )
     finally:
         tensors.close()
+
+
+def _built_int8(tensors):
+    """`select(layer, (in, out))` of `int8_at_build`: the projections
+    built int8, never float: those of int8 tensors whose shape no other
+    projection tensor of the file has (as a Q8_0 output head's), so the
+    shape names the layer. The others are quantized after construction
+    (`_set_int8`)."""
+    shapes = collections.Counter(
+        tensors.placeholder(name).shape[::-1]  # (I, O)
+        for name in tensors
+        if tensors.placeholder(name).ndim == 2 and name not in NOT_INT8
+    )
+    unique = {
+        tensors.placeholder(name).shape[::-1]
+        for name in tensors.int8_names
+        if shapes[tensors.placeholder(name).shape[::-1]] == 1
+    }
+    config = BlockConfig(BLOCK, values_follow=True)
+    return lambda layer, shape: config if shape in unique else None
 
 
 def _load_gpt2(reader, config, dtype, path):
@@ -369,27 +396,22 @@ def _set_int8(model, tensors):
     is freed first. Returns the names set."""
     if not tensors.int8_names:
         return set()
-    # The layer holding each pair's variable; its kernel is read as int8
-    # matrices once quantized (`kt.layers.quantization.Int8Matrix`).
-    owners = {
-        id(kernel_variable(layer)): layer
-        for layer in flatten_layers(model)
-        if hasattr(layer, "assign_int8")
-    }
-    pairs = [p for p in llama.weight_pairs(model) if p[0] in tensors.int8_names]
-    for name, variable, _ in pairs:  # checked before any is set
-        expected = tuple(reversed(tuple(variable.shape)))  # (O, I)
-        if tensors.placeholder(name).shape != expected:
+    layers = llama.projection_layers(model)
+    names = sorted(tensors.int8_names)
+    for name in names:  # checked before any is set
+        shape = layers[name].matrix_shape()[::-1]  # (O, I)
+        if tensors.placeholder(name).shape != shape:
             raise ValueError(
                 f"GGUF tensor {name!r} has shape {tensors.placeholder(name).shape}, "
-                f"which disagrees with the file's metadata (expected {expected})."
+                f"which disagrees with the file's metadata (expected {shape})."
             )
     with collect_once():
-        for name, variable, _ in pairs:
-            layer = owners[id(variable)]
-            layer.quantize("int8", config=BlockConfig(BLOCK, values_follow=True))
+        for name in names:
+            layer = layers[name]
+            if layer.quantization_mode is None:  # else built int8
+                layer.quantize("int8", config=BlockConfig(BLOCK, values_follow=True))
             values, scales = tensors.int8(name)
             layer.assign_int8(values.T, scales)  # (I, O): Keras' kernel layout
     # The embedding and any dequantized projection stay float.
     model.mark_quantized("int8", BLOCK, keep_float=True)
-    return {name for name, _, _ in pairs}
+    return set(names)

@@ -53,11 +53,28 @@ class FileTensors(collections.abc.Mapping):
         if name in self.int8_names:
             return self.placeholder(name)
         tensor = self._tensors[name]
+        if name in NOT_INT8 and name not in self._permutations:
+            # The token table, often the largest tensor (136M values for
+            # Qwen2.5's vocabulary): read a block of rows at a time.
+            shape = self.placeholder(name).shape
+            return checkpoint.RowSource(
+                shape, self._dtype, lambda start, stop: self._rows(tensor, start, stop)
+            )
         try:
             values = dequantized(tensor, self._bytes.rows(tensor), self._dtype)
         finally:
             self._bytes.release(tensor)
         return self._permutations.get(name, _same)(values)
+
+    def _rows(self, tensor, start, stop):
+        """Rows `[start, stop)` of a tensor, dequantized; their pages of
+        the file released."""
+        rows = self._bytes.rows(tensor)[start:stop]
+        piece = tensor._replace(shape=(*tensor.shape[:-1], len(rows)))
+        try:
+            return dequantized(piece, rows, self._dtype)
+        finally:
+            self._bytes.release(tensor)
 
     def int8(self, name):
         """`(values, scales)` of an int8 tensor (`int8_blocks`)."""

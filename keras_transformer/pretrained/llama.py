@@ -30,6 +30,7 @@ Shape legend: V the checkpoint's vocabulary size, E hidden size, H query
 heads, Hkv key/value heads, D head size, F feed-forward size.
 """
 
+import contextlib
 import dataclasses
 
 from keras_transformer.models.initializers import (
@@ -332,6 +333,19 @@ def block_projections(block):
     ]
 
 
+def projection_layers(model):
+    """`{Hugging Face weight name: our layer}` of every projection (the
+    output head included when untied)."""
+    layers = {
+        f"model.layers.{i}.{name}.weight": layer
+        for i, block in enumerate(model.blocks)
+        for name, layer in block_projections(block)
+    }
+    if not model.tie_word_embeddings:
+        layers["lm_head.weight"] = model.lm_head
+    return layers
+
+
 def peft_modules(model):
     """`{PEFT module name: [(our layer, None)]}` of a `Llama`."""
     return {
@@ -376,13 +390,18 @@ def _key(weights, name):
     )
 
 
-def build(arguments, weights, dtype=None, prepare=None):
+def build(arguments, weights, dtype=None, prepare=None, constructing=None):
     """Our `Llama` of checked constructor `arguments` and a checkpoint's
     tensors, built under `dtype` (None: float32). `prepare(model)`, if
     given, runs before any tensor is assigned and returns the names of the
     tensors it set itself (a GGUF file's int8 blocks), which are then
-    skipped."""
-    with global_dtype_policy(dtype or "float32"), placeholder_weights():
+    skipped; `constructing`, a context manager entered while the model is
+    constructed (`kt.layers.quantization.int8_at_build`)."""
+    with (
+        global_dtype_policy(dtype or "float32"),
+        placeholder_weights(),
+        constructing or contextlib.nullcontext(),
+    ):
         model = Llama(**arguments)
     done = set(prepare(model)) if prepare else set()
     ignored = tuple(done)

@@ -231,3 +231,37 @@ def test_an_int8_product_computes_its_input_once(kind):
     assert products, hlo
     for body in products:
         assert "parameter" in _dot_operand_kinds(body), body
+
+
+def test_int8_at_build_makes_the_layout_quantize_makes_without_a_float_kernel():
+    config = quantization.BlockConfig(4, values_follow=True)
+    with quantization.int8_at_build(
+        lambda layer, shape: config if shape == (8, 3) else None
+    ):
+        built = quantization.Dense(3, use_bias=False)
+        built.build((None, 8))
+        other = quantization.Dense(5, use_bias=False)
+        other.build((None, 8))
+    assert other.quantization_mode is None  # not selected: float
+    assert [v.dtype for v in other.weights] == ["float32"]
+    reference = quantization.Dense(3, use_bias=False)
+    reference.build((None, 8))
+    reference.quantize("int8", config=config)
+    layout = [(v.name, tuple(v.shape), v.dtype) for v in built.weights]
+    assert layout == [(v.name, tuple(v.shape), v.dtype) for v in reference.weights]
+    assert layout == [("kernel_scale", (3, 2), "float32"), ("kernel", (3, 8), "int8")]
+    assert built.int8_block_size == reference.int8_block_size == 4
+    rng = np.random.default_rng(0)
+    values = rng.integers(-127, 128, size=(8, 3)).astype("int8")  # (in, out)
+    scales = rng.uniform(10, 20, size=(3, 2)).astype("float32")
+    for layer in (built, reference):
+        layer.assign_int8(values, scales)
+    x = rng.normal(size=(2, 8)).astype("float32")
+    np.testing.assert_array_equal(built(x), reference(x))
+    store = {}
+    built.save_own_variables(store)  # Keras' layout, as quantize's layer saves
+    fresh = quantization.Dense(3, use_bias=False)
+    fresh.build((None, 8))
+    fresh.quantize("int8", config=quantization.BlockConfig(4))
+    fresh.load_own_variables(store)
+    np.testing.assert_array_equal(fresh(x), built(x))

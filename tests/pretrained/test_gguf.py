@@ -347,6 +347,73 @@ def test_a_tiny_written_file_loads(tmp_path):
     assert tuple(model(np.array([[1, 2, 3]])).shape) == (1, 3, 257)
 
 
+def test_an_int8_projection_of_a_unique_shape_never_has_a_float_kernel(
+    tmp_path, monkeypatch
+):
+    # ffn_down (Q4_0) is the only (32 outputs, 64 inputs) projection: built
+    # int8; attn_v (Q8_0) shares q/k/o's shape: quantized after it is built.
+    file = write_file(
+        tmp_path / "tiny.gguf",
+        kinds={"blk.0.ffn_down.weight": "Q4_0", "blk.0.attn_v.weight": "Q8_0"},
+    )
+    made = []
+    add_weight = kt.layers.quantization.Dense.add_weight
+
+    def record(self, *args, **kwargs):
+        variable = add_weight(self, *args, **kwargs)
+        made.append((tuple(variable.shape), variable.dtype))
+        return variable
+
+    monkeypatch.setattr(kt.layers.quantization.Dense, "add_weight", record)
+    model = kt.models.from_pretrained(file)
+    assert ((64, 32), "float32") not in made  # down's float kernel (in, out)
+    assert ((64, 32), "int8") in made  # Keras' int8 build, then ours
+    assert made.count(((32, 64), "float32")) == 2  # gate and up stay float
+    assert model.blocks[0].attention.value_dense.quantization_mode == "int8"
+    down = model.blocks[0].feedforward.down
+    assert down.quantization_mode == "int8" and down.int8_block_size == 32
+    tensor = next(t for t in gguf.GGUFReader(file).tensors if "ffn_down" in t.name)
+    weight = gguf.quants.dequantize(tensor.data, tensor.tensor_type).reshape(32, 64)
+    np.testing.assert_allclose(np.asarray(down.dequantized()), weight.T, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_our_header_reader_equals_ggufs_reader(name):
+    ours = gguf_checkpoints._gguf.open_file(path(name))
+    theirs = gguf.GGUFReader(path(name))
+    assert ours.metadata == gguf_checkpoints._gguf.metadata(theirs)
+    assert [tuple(t) for t in ours.tensors] == [
+        (t.name, t.tensor_type, tuple(map(int, t.shape)), t.n_bytes, t.data_offset)
+        for t in theirs.tensors
+    ]
+
+
+def test_our_header_reader_aligns_the_data_as_ggufs(tmp_path):
+    # Names of 8 more bytes each move the header's end through every
+    # multiple of 8 below 64: the data starts at the next multiple of 32.
+    starts = set()
+    for pad in range(0, 64, 8):
+        file = write_file(
+            tmp_path / f"pad{pad}.gguf", metadata={"general.x": "x" * pad}
+        )
+        ours = gguf_checkpoints._gguf.open_file(file)
+        theirs = gguf.GGUFReader(file)
+        assert [t.data_offset for t in ours.tensors] == [
+            t.data_offset for t in theirs.tensors
+        ]
+        starts.add(ours.tensors[0].data_offset % 64)
+    assert starts == {0, 32}
+
+
+@pytest.mark.parametrize("keep", [3, 30, -40])
+def test_a_cut_file_is_refused_by_name(tmp_path, keep):
+    source = open(path(NAMES[0]), "rb").read()
+    file = tmp_path / "cut.gguf"
+    file.write_bytes(source[:keep])  # in the magic, the header, the tensors
+    with pytest.raises(ValueError, match="cut.gguf.*broken or truncated"):
+        gguf_checkpoints._gguf.open_file(file)
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
