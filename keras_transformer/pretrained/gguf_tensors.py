@@ -13,6 +13,7 @@ import numpy as np
 
 from keras_transformer import _gguf
 from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained.row_source import RowSource
 
 INT8 = ("Q8_0", "Q4_0")  # integers times a scale per block of 32
 BLOCK = 32
@@ -57,7 +58,7 @@ class FileTensors(collections.abc.Mapping):
             # The token table, often the largest tensor (136M values for
             # Qwen2.5's vocabulary): read a block of rows at a time.
             shape = self.placeholder(name).shape
-            return checkpoint.RowSource(
+            return RowSource(
                 shape, self._dtype, lambda start, stop: self._rows(tensor, start, stop)
             )
         try:
