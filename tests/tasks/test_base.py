@@ -27,7 +27,7 @@ def test_each_served_architecture_names_a_task_class():
     families = kt.pretrained.registry
     names = {cls.__name__ for cls in kt.tasks.registry.task_classes()}
     served = families.served_architectures()
-    assert len(served) == 12  # ... T5ForConditionalGeneration, ViT, Whisper
+    assert len(served) == 13  # ... T5ForConditionalGeneration, ViT, Whisper
     assert {families.task_for(a) for a in served} <= names
 
     class MyGenerator(kt.tasks.TextGenerator):
@@ -35,7 +35,7 @@ def test_each_served_architecture_names_a_task_class():
 
     assert families.architectures_of(MyGenerator) == (
         "GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM",
-        "Qwen2ForCausalLM",
+        "Qwen2ForCausalLM", "Gemma3ForCausalLM",
     )  # fmt: skip
     assert kt.tasks.registry.task_class("GPT2LMHeadModel") is kt.tasks.TextGenerator
     assert kt.tasks.registry.task_class("qwen2") is kt.tasks.TextGenerator
