@@ -5,8 +5,8 @@ weights in `model.safetensors` or its sharded index) and returns our model
 class with the weights in place; `kt.models.save_pretrained(model, path)`
 writes one back. Both dispatch through `registry`: the config's
 `model_type` picks the module that loads, the model's class the one that
-saves (one module per family: `bert`, `gpt2`, `seq2seq` for Marian and
-BART, `vit`). A `.gguf` file is read by `gguf`.
+saves (one module per family: `bert`, `gpt2`, `llama`, `gemma3`, `seq2seq`
+for Marian and BART, `vit`). A `.gguf` file is read by `gguf`.
 """
 
 from keras_transformer import _gguf
@@ -38,8 +38,9 @@ def from_pretrained(path, dtype=None):
     `pip install "keras-transformer[gguf]"`): `llama` and `qwen2` files
     give a `kt.models.Llama` computing what transformers computes of the
     file, its Q8_0 and Q4_0 projections kept as int8 with blocks of 32;
-    `gpt2` files a float32 `kt.models.GPT2`, every tensor dequantized
-    (see `kt.pretrained.gguf`).
+    `gpt2` files a float32 `kt.models.GPT2`, every tensor dequantized;
+    `gemma3` files a `kt.models.Gemma3`, every tensor dequantized (see
+    `kt.pretrained.gguf` and `kt.pretrained.gguf_gemma3`).
 
     Args:
         path: a local checkpoint folder, or a `.gguf` file.

@@ -1,8 +1,9 @@
 """`Family`: what one model family is to Hugging Face, as data.
 
-Each family module of `pretrained/` (`bert.py`, `gpt2.py`, `llama.py`,
-`seq2seq.py`, `t5.py`, `vit.py`, `whisper.py`) ends with one `FAMILY` record, and
-`pretrained/registry.py` derives every lookup from the records: which
+Each family module of `pretrained/` (`bert.py`, `gemma3.py`, `gpt2.py`,
+`llama.py`, `seq2seq.py`, `t5.py`, `vit.py`, `whisper.py`) ends with one
+`FAMILY` record, and `pretrained/registry.py` derives every lookup from the
+records: which
 module loads a `model_type`, which saves a model class, which task serves
 an architecture, which tokenizer reader a `model_type` needs, and the PEFT
 module names of a model. Nothing outside `pretrained/` branches on a model
