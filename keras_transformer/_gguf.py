@@ -12,6 +12,7 @@ tensor is converted, so reading a file never keeps it resident.
 
 import mmap
 import os
+import re
 import struct
 from typing import NamedTuple
 
@@ -50,6 +51,40 @@ def open_file(path):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"No GGUF file at `path`. Received: path={path!r}")
     gguf_module()  # its tensor types name ours, and it dequantizes
+    split = SPLIT.fullmatch(os.path.basename(path))
+    if split is None:
+        return _read(path)
+    # llama.cpp's split files (`gguf-split`): one model in N files, each
+    # with its own header; the first holds the metadata.
+    count = int(split["count"])
+    shards = [
+        os.path.join(
+            os.path.dirname(path), f"{split['stem']}-{i:05d}-of-{count:05d}.gguf"
+        )
+        for i in range(1, count + 1)
+    ]
+    for shard in shards:
+        if not os.path.isfile(shard):
+            raise FileNotFoundError(
+                f"A split GGUF file's part is missing: {shard!r} (the model is "
+                f"{count} files). Received: path={path!r}"
+            )
+    parts = [_read(shard) for shard in shards]
+    for number, part in enumerate(parts):
+        found = (part.metadata.get("split.no"), part.metadata.get("split.count"))
+        if found != (number, count):
+            raise ValueError(
+                f"{shards[number]!r} is not part {number + 1} of {count} of a split "
+                f"GGUF file (its split.no, split.count: {found})."
+            )
+    return GGUFFile.joined(parts)
+
+
+# llama.cpp's names of split files: `name-00001-of-00003.gguf`.
+SPLIT = re.compile(r"(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
+
+
+def _read(path):
     try:
         return GGUFFile(path)
     except (ValueError, struct.error, UnicodeDecodeError, OverflowError) as error:
@@ -99,7 +134,19 @@ class GGUFFile:
             start = -(-f.tell() // alignment) * alignment
         del self._f
         size = os.path.getsize(path)
-        self.tensors = [self._tensor(*info, start, size) for info in infos]
+        self.tensors = [self._tensor(*info, start, size, path) for info in infos]
+
+    @classmethod
+    def joined(cls, parts):
+        """One model's `GGUFFile` of its split files' (in order): the
+        first's metadata without the `split.*` keys, every file's
+        tensors."""
+        joined = cls.__new__(cls)
+        joined.metadata = {
+            k: v for k, v in parts[0].metadata.items() if not k.startswith("split.")
+        }
+        joined.tensors = [tensor for part in parts for tensor in part.tensors]
+        return joined
 
     def _read(self, fmt):
         size = struct.calcsize(fmt)
@@ -128,7 +175,7 @@ class GGUFFile:
         return [self._value(kind) for _ in range(count)]
 
     @staticmethod
-    def _tensor(name, dims, kind, offset, start, size):
+    def _tensor(name, dims, kind, offset, start, size, path):
         from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
         kind = GGMLQuantizationType(kind)
@@ -136,7 +183,7 @@ class GGUFFile:
         n_bytes = int(np.prod(dims, dtype=np.int64)) * block_bytes // block
         if start + offset + n_bytes > size:
             raise ValueError(f"tensor {name!r} runs past the file's end")
-        return Tensor(name, kind, dims, n_bytes, start + offset)
+        return Tensor(name, kind, dims, n_bytes, start + offset, path)
 
 
 def metadata(source):
@@ -179,6 +226,7 @@ class Tensor(NamedTuple):
     shape: tuple
     n_bytes: int
     data_offset: int
+    path: str  # the file holding it (split models have several)
 
 
 class TensorBytes:
@@ -193,9 +241,16 @@ class TensorBytes:
     rows.)
     """
 
-    def __init__(self, path):
-        with open(os.fspath(path), "rb") as f:
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    def __init__(self):
+        self._maps = {}  # path -> map, opened when first read
+
+    def _map(self, tensor):
+        if tensor.path not in self._maps:
+            with open(tensor.path, "rb") as f:
+                self._maps[tensor.path] = mmap.mmap(
+                    f.fileno(), 0, access=mmap.ACCESS_READ
+                )
+        return self._maps[tensor.path]
 
     def rows(self, tensor):
         """The tensor's bytes as a uint8 `(rows, row bytes)` array (a view
@@ -203,7 +258,7 @@ class TensorBytes:
         dimension, `tensor.shape[0]` values each."""
         count = int(np.prod([int(n) for n in tensor.shape[1:]]))
         data = np.frombuffer(
-            self._map, np.uint8, int(tensor.n_bytes), int(tensor.data_offset)
+            self._map(tensor), np.uint8, int(tensor.n_bytes), int(tensor.data_offset)
         )
         return data.reshape(count, -1)
 
@@ -213,7 +268,8 @@ class TensorBytes:
         page = mmap.PAGESIZE
         start = int(tensor.data_offset) // page * page
         end = int(tensor.data_offset) + int(tensor.n_bytes)
-        self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+        self._map(tensor).madvise(mmap.MADV_DONTNEED, start, end - start)
 
     def close(self):
-        self._map.close()
+        for mapped in self._maps.values():
+            mapped.close()

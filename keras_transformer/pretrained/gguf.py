@@ -253,7 +253,7 @@ def load(path, dtype=None):
     arguments = llama.config_to_arguments(config)  # checks, before tensors
     names = {t.name: _hf_name(t.name, path) for t in reader.tensors}
     _check_types(reader, path)
-    tensors = FileTensors(path, reader, names, _permutations(config), dtype)
+    tensors = FileTensors(reader, names, _permutations(config), dtype)
     del reader  # its metadata (a vocabulary): not kept beside the model
     try:
         return llama.build(
@@ -302,7 +302,7 @@ def _load_gpt2(reader, config, dtype, path):
         for t in reader.tensors
     }
     _check_types(reader, path)
-    weights, source = {}, _gguf.TensorBytes(path)
+    weights, source = {}, _gguf.TensorBytes()
     try:
         for tensor in reader.tensors:
             name = names[tensor.name]

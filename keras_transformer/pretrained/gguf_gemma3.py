@@ -94,7 +94,7 @@ def load(reader, config, dtype, path):
     names = {t.name: hf_name(t.name, path) for t in reader.tensors}
     # llama.cpp's `1 + scale` of every norm, back to Gemma's `scale`.
     offsets = {n: _minus_one for n in names.values() if n.endswith("norm.weight")}
-    tensors = FileTensors(path, reader, names, offsets, dtype)
+    tensors = FileTensors(reader, names, offsets, dtype)
     tensors.int8_names.clear()  # all dequantized: no int8 blocks here
     try:
         return gemma3.build(arguments, tensors, dtype)

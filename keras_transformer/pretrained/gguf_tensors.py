@@ -35,9 +35,9 @@ class FileTensors(collections.abc.Mapping):
     without reading it (`checkpoint.assign`'s checks). Each tensor's pages
     of the file are released once it is converted."""
 
-    def __init__(self, path, reader, names, permutations, dtype):
+    def __init__(self, reader, names, permutations, dtype):
         self._tensors = {names[t.name]: t for t in reader.tensors}
-        self._bytes = _gguf.TensorBytes(path)
+        self._bytes = _gguf.TensorBytes()
         self._permutations = permutations
         self._dtype = checkpoint.numpy_dtype(dtype or "float32")
         self.int8_names = {

@@ -7,6 +7,7 @@ dequantized weights, and what we refuse, before any tensor is read."""
 import importlib.util
 import json
 import os
+import shutil
 
 import gguf
 import numpy as np
@@ -263,7 +264,12 @@ def test_bfloat16_loads_dequantized_tensors_in_bfloat16(models):
 # ----- refusals, before any tensor is read ---------------------------------
 
 
-def write_file(file, architecture="llama", kinds=None, metadata=None, extra=()):
+Q4_AND_Q8 = {"blk.0.ffn_down.weight": "Q4_0", "blk.0.attn_v.weight": "Q8_0"}
+
+
+def write_file(
+    file, architecture="llama", kinds=None, metadata=None, extra=(), split=0
+):
     """A tiny one-block GGUF file: hidden size 32, 2 heads, vocabulary of
     the 256 byte tokens; `kinds` gives some tensors another type."""
     rng = np.random.default_rng(0)
@@ -281,7 +287,7 @@ def write_file(file, architecture="llama", kinds=None, metadata=None, extra=()):
         "blk.0.ffn_down.weight": (32, 64),
         **dict(extra),
     }
-    writer = gguf.GGUFWriter(str(file), architecture)
+    writer = gguf.GGUFWriter(str(file), architecture, split_max_tensors=split)
     for key, value in {
         "context_length": 16,
         "block_count": 1,
@@ -382,7 +388,7 @@ def test_our_header_reader_equals_ggufs_reader(name):
     ours = gguf_checkpoints._gguf.open_file(path(name))
     theirs = gguf.GGUFReader(path(name))
     assert ours.metadata == gguf_checkpoints._gguf.metadata(theirs)
-    assert [tuple(t) for t in ours.tensors] == [
+    assert [tuple(t)[:5] for t in ours.tensors] == [
         (t.name, t.tensor_type, tuple(map(int, t.shape)), t.n_bytes, t.data_offset)
         for t in theirs.tensors
     ]
@@ -403,6 +409,33 @@ def test_our_header_reader_aligns_the_data_as_ggufs(tmp_path):
         ]
         starts.add(ours.tensors[0].data_offset % 64)
     assert starts == {0, 32}
+
+
+def test_split_files_load_as_the_one_file(tmp_path):
+    # llama.cpp's split format (gguf-split): 11 tensors, 4 a file: 3 files.
+    (tmp_path / "one").mkdir()
+    (tmp_path / "split").mkdir()
+    single = write_file(tmp_path / "one" / "tiny.gguf", kinds=Q4_AND_Q8)
+    write_file(tmp_path / "split" / "tiny.gguf", kinds=Q4_AND_Q8, split=4)
+    parts = sorted(os.listdir(tmp_path / "split"))
+    assert parts == [f"tiny-{i:05d}-of-00003.gguf" for i in range(1, 4)]
+    first = tmp_path / "split" / parts[0]
+    ids = np.array([[1, 2, 3, 4]])
+    expected = kt.models.from_pretrained(single)(ids)
+    np.testing.assert_array_equal(kt.models.from_pretrained(first)(ids), expected)
+    np.testing.assert_array_equal(  # any part names the model
+        kt.models.from_pretrained(tmp_path / "split" / parts[2])(ids), expected
+    )
+    task = kt.tasks.from_pretrained(first)
+    reference = kt.text.tokenizer_from_pretrained(single)
+    text = "Hello, split world"
+    np.testing.assert_array_equal(task.tokenizer(text), reference(text))
+    (tmp_path / "split" / parts[2]).unlink()
+    with pytest.raises(FileNotFoundError, match="tiny-00003-of-00003.gguf"):
+        kt.models.from_pretrained(first)
+    shutil.copy(tmp_path / "split" / parts[1], tmp_path / "split" / parts[2])
+    with pytest.raises(ValueError, match="not part 3 of 3.*split.no, split.count"):
+        kt.models.from_pretrained(first)
 
 
 @pytest.mark.parametrize("keep", [3, 30, -40])
