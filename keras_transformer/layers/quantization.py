@@ -246,37 +246,40 @@ class Int8Matrix:
         rows, columns = self.matrix_shape()
         shape = tuple(self._kernel.shape)
         self._tracker.unlock()
+        # Values following: the variables' own zeros and ones, nothing
+        # computed or copied (a 0.5B model's head is 136M values).
+        values = scale = None
         if block_size is not None:
-            if weights is None:
-                values = np.zeros((columns, rows), "int8")
-                scale = np.ones((columns, -(-rows // block_size)), "float32")
-            else:
+            if weights is not None:
                 values, scale = quantize_blocks(
                     weights.reshape(rows, columns), block_size
                 )
             del self.kernel_scale
             self.kernel_scale = self.add_weight(
                 name="kernel_scale",
-                shape=tuple(scale.shape),
+                shape=(columns, -(-rows // block_size)),
                 initializer="ones",
                 dtype="float32",
                 trainable=False,
             )
-            self.kernel_scale.assign(scale)
+            if scale is not None:
+                self.kernel_scale.assign(scale)
             self.int8_block_size = block_size
         else:
             values = ops.transpose(ops.reshape(self._kernel, (rows, columns)))
-        values = np.ascontiguousarray(ops.convert_to_numpy(values))
+        if values is not None:
+            values = np.ascontiguousarray(ops.convert_to_numpy(values))
         del self._kernel
         self._kernel = self.add_weight(
             name="kernel",
-            shape=values.shape,
+            shape=(columns, rows),
             initializer="zeros",
             dtype="int8",
             trainable=False,
         )
         self._tracker.lock()
-        self._kernel.assign(values)
+        if values is not None:
+            self._kernel.assign(values)
         self._float_kernel_shape = shape
 
     @property
