@@ -28,6 +28,9 @@ SCALING_KEYS = {
         "high_freq_factor",
         "original_max_position_embeddings",
     ),
+    # llama.cpp's `rope_freqs.weight` (Llama 3.1+ GGUF files): one factor per
+    # feature pair, each inverse frequency divided by its own.
+    "frequency_factors": ("factors",),
 }
 
 
@@ -51,8 +54,9 @@ def rope_scaling_type(rope_scaling, rope_theta=None):
         return None
     if kind not in SCALING_KEYS:
         raise ValueError(
-            f"Unsupported rope scaling type {kind!r}: only 'default', 'linear' and "
-            f"'llama3' are computed. Received: rope_scaling={rope_scaling!r}"
+            f"Unsupported rope scaling type {kind!r}: only 'default', "
+            f"{', '.join(repr(k) for k in SCALING_KEYS)} are computed. "
+            f"Received: rope_scaling={rope_scaling!r}"
         )
     known = {"rope_type", "type", "rope_theta", *SCALING_KEYS[kind]}
     for key in rope_scaling:
@@ -67,6 +71,16 @@ def rope_scaling_type(rope_scaling, rope_theta=None):
                 f"A {kind!r} rope_scaling needs {key!r}. "
                 f"Received: rope_scaling={rope_scaling!r}"
             )
+        if key == "factors":
+            values = rope_scaling[key]
+            if not isinstance(values, list | tuple) or not values:
+                raise ValueError(
+                    "rope_scaling['factors'] must be a non-empty list of positive "
+                    f"numbers. Received: rope_scaling={rope_scaling!r:.200}"
+                )
+            for value in values:
+                validation.check_positive_number("rope_scaling['factors'][i]", value)
+            continue
         validation.check_positive_number(f"rope_scaling['{key}']", rope_scaling[key])
     if kind == "llama3" and not (
         rope_scaling["high_freq_factor"] > rope_scaling["low_freq_factor"]
@@ -87,8 +101,9 @@ def rope_scaling_type(rope_scaling, rope_theta=None):
 def rotary_inverse_frequencies(head_dim, rope_theta=10000.0, rope_scaling=None):
     """The `(head_dim // 2,)` float32 inverse frequencies of each feature pair.
 
-    `1 / rope_theta^(2i / head_dim)`, then divided by `factor` (`"linear"`)
-    or, for `"llama3"`, divided by `factor` for wavelengths longer than
+    `1 / rope_theta^(2i / head_dim)`, then divided by `factor` (`"linear"`),
+    by each pair's own factor (`"frequency_factors"`) or, for `"llama3"`,
+    divided by `factor` for wavelengths longer than
     `original_max_position_embeddings / low_freq_factor`, kept for those
     shorter than `original_max_position_embeddings / high_freq_factor`, and
     interpolated between the two in between: transformers' formulas, in
@@ -110,6 +125,14 @@ def rotary_inverse_frequencies(head_dim, rope_theta=10000.0, rope_scaling=None):
     ).astype("float32")
     if kind == "linear":
         return inverse / f32(rope_scaling["factor"])
+    if kind == "frequency_factors":
+        factors = np.asarray(rope_scaling["factors"], "float32")
+        if factors.shape != inverse.shape:
+            raise ValueError(
+                f"rope_scaling['factors'] must hold head_dim // 2 = {len(inverse)} "
+                f"factors. Received: {len(factors)} factors"
+            )
+        return inverse / factors
     if kind == "llama3":
         factor = f32(rope_scaling["factor"])
         low, high = (
@@ -143,8 +166,10 @@ class RotaryEmbedding(keras.layers.Layer):
             "factor": f}` or `{"rope_type": "llama3", "factor": ...,
             "low_freq_factor": ..., "high_freq_factor": ...,
             "original_max_position_embeddings": ...}` (`"type"` is read as the
-            older spelling of `"rope_type"`; `"default"` means none). Any other
-            type is refused by name.
+            older spelling of `"rope_type"`; `"default"` means none), or
+            `{"rope_type": "frequency_factors", "factors": [...]}` (llama.cpp's
+            `rope_freqs.weight`: each inverse frequency divided by its
+            factor). Any other type is refused by name.
         **kwargs: base `keras.layers.Layer` arguments.
 
     Call arguments:

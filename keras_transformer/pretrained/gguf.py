@@ -251,8 +251,12 @@ def load(path, dtype=None):
     if config["model_type"] in OWN_READERS:
         return OWN_READERS[config["model_type"]][1](reader, config, dtype, path)
     arguments = llama.config_to_arguments(config)  # checks, before tensors
-    names = {t.name: _hf_name(t.name, path) for t in reader.tensors}
     _check_types(reader, path)
+    factors = [t for t in reader.tensors if t.name == ROPE_FREQS]
+    reader.tensors = [t for t in reader.tensors if t.name != ROPE_FREQS]
+    names = {t.name: _hf_name(t.name, path) for t in reader.tensors}
+    if factors:
+        arguments["rope_scaling"] = _frequency_factors(factors[0], arguments, path)
     tensors = FileTensors(reader, names, _permutations(config), dtype)
     del reader  # its metadata (a vocabulary): not kept beside the model
     try:
@@ -265,6 +269,29 @@ def load(path, dtype=None):
         )
     finally:
         tensors.close()
+
+
+# llama.cpp's rope frequency factors (Llama 3.1+ files): one per feature
+# pair, each inverse frequency divided by its own (`ggml_rope_ext`).
+ROPE_FREQS = "rope_freqs.weight"
+
+
+def _frequency_factors(tensor, arguments, path):
+    """The `rope_scaling` of a file's `rope_freqs.weight`, which llama.cpp
+    computes from the checkpoint's Llama 3 rope scaling; transformers drops
+    the tensor (and so computes unscaled positions), llama.cpp applies it.
+    """
+    if arguments.get("rope_scaling") is not None:
+        raise ValueError(
+            f"This GGUF file has both {ROPE_FREQS!r} and rope scaling metadata "
+            f"({arguments['rope_scaling']!r}). Received in {path!r}"
+        )
+    source = _gguf.TensorBytes()
+    try:
+        factors = dequantized(tensor, source.rows(tensor)).reshape(-1)
+    finally:
+        source.close()
+    return {"rope_type": "frequency_factors", "factors": factors.tolist()}
 
 
 def _built_int8(tensors):
@@ -357,9 +384,8 @@ def _hf_name(name, path, top=TOP_TENSORS, block=BLOCK_TENSORS, layers="model.lay
         if parts[2] in block:
             return f"{layers}.{parts[1]}.{block[parts[2]]}"
     raise ValueError(
-        f"This GGUF file has a tensor we do not compute: {name!r} (rope "
-        f"frequency factors, experts and other tensors are not supported). "
-        f"Received in {path!r}"
+        f"This GGUF file has a tensor we do not compute: {name!r} (experts "
+        f"and other tensors are not supported). Received in {path!r}"
     )
 
 

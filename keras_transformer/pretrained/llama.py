@@ -228,6 +228,13 @@ def arguments_to_config(model, dtype):
     """The Hugging Face `config.json` of a `Llama` (its weights in
     `dtype`), with the keys transformers 5 writes for the family."""
     model_type = model_type_of(model)
+    kind = (model.rope_scaling or {}).get("rope_type")
+    if kind not in ROPE_KEYS and kind is not None:
+        raise ValueError(
+            f"A model with {kind!r} rope scaling (llama.cpp's rope_freqs.weight) "
+            "has no Hugging Face config: transformers computes no such type. "
+            f"Received: rope_scaling type {kind!r}"
+        )
     rope = {"rope_theta": model.rope_theta, "rope_type": "default"}
     if model.rope_scaling is not None:
         scaling = dict(model.rope_scaling)

@@ -307,7 +307,10 @@ def write_file(
     writer.add_token_list(list(kt.text.bytes_to_unicode().values()))
     writer.add_token_merges([])
     for name, shape in shapes.items():
-        value = rng.normal(size=shape).astype("float32")
+        if isinstance(shape, np.ndarray):  # given values
+            value = shape.astype("float32")
+        else:
+            value = rng.normal(size=shape).astype("float32")
         kind = (kinds or {}).get(name)
         if kind == "I8":
             writer.add_tensor(name, value.astype("int8"))
@@ -438,6 +441,40 @@ def test_split_files_load_as_the_one_file(tmp_path):
         kt.models.from_pretrained(first)
 
 
+def test_rope_frequency_factors_divide_the_inverse_frequencies(tmp_path):
+    # llama.cpp writes Llama 3.1's rope scaling as `rope_freqs.weight`: the
+    # unscaled inverse frequencies over the llama3 ones (head size 16: 8).
+    llama3 = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8,
+    }
+    plain = kt.layers.rotary_inverse_frequencies(16, 10000.0)
+    scaled = kt.layers.rotary_inverse_frequencies(16, 10000.0, llama3)
+    assert 1.0 < (plain / scaled).min() < 8.0 == (plain / scaled).max()  # all 3 cases
+    file = write_file(
+        tmp_path / "rope.gguf", extra={"rope_freqs.weight": plain / scaled}
+    )
+    model = kt.models.from_pretrained(file)
+    assert model.rope_scaling["rope_type"] == "frequency_factors"
+    reference = kt.models.Llama.from_config(
+        {**model.get_config(), "rope_scaling": llama3}
+    )
+    reference.set_weights(model.get_weights())
+    unscaled = kt.models.from_pretrained(write_file(tmp_path / "plain.gguf"))
+    ids = np.arange(1, 15)[None]
+    ours = np.asarray(model(ids))
+    np.testing.assert_allclose(ours, reference(ids), rtol=0, atol=1e-5)
+    assert np.abs(ours - np.asarray(unscaled(ids))).max() > 1e-2
+    with pytest.raises(ValueError, match="'frequency_factors' rope scaling"):
+        kt.models.save_pretrained(model, tmp_path / "folder")
+    short = write_file(tmp_path / "short.gguf", extra={"rope_freqs.weight": plain[:4]})
+    with pytest.raises(ValueError, match="head_dim // 2 = 8.*Received: 4"):
+        kt.models.from_pretrained(short)
+
+
 @pytest.mark.parametrize("keep", [3, 30, -40])
 def test_a_cut_file_is_refused_by_name(tmp_path, keep):
     source = open(path(NAMES[0]), "rb").read()
@@ -456,7 +493,7 @@ def test_a_cut_file_is_refused_by_name(tmp_path, keep):
             dict(metadata={"llama.rope.scaling.type": "linear"}),
             "'llama.rope.scaling.type'",
         ),
-        (dict(extra={"rope_freqs.weight": (8,)}), "'rope_freqs.weight'"),
+        (dict(extra={"blk.0.ffn_gate_exps.weight": (8,)}), "'blk.0.ffn_gate_exps"),
         (
             dict(metadata={"llama.attention.key_length": 8}),
             "llama.attention.key_length=8",
