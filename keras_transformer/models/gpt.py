@@ -4,6 +4,7 @@ Shape legend: B batch, T sequence length, E hidden size, V vocabulary size.
 """
 
 import keras
+from keras import ops
 
 from keras_transformer import _validation as validation
 from keras_transformer.layers import (
@@ -11,6 +12,7 @@ from keras_transformer.layers import (
     TransformerDecoderBlock,
     exclude_padding_logit,
     gelu_approximate,
+    quantization,
 )
 from keras_transformer.models.base import (
     ModelMixin,
@@ -30,7 +32,8 @@ class GPT2(ModelMixin, CausalLM):
 
     Token + learned position embeddings, pre-LN decoder blocks without
     cross-attention (GELU), a final LayerNorm, and logits through the
-    transposed token embedding (tied weights). Token id 0 is padding and is
+    transposed token embedding (tied weights; GPT-2's), or through an output
+    projection of their own. Token id 0 is padding and is
     never generated. OpenAI's GPT-2 checkpoints load with
     `kt.models.from_pretrained` (their ids shifted by one, see
     `docs/pretrained.md`).
@@ -47,6 +50,10 @@ class GPT2(ModelMixin, CausalLM):
             or `"gelu_approximate"` (the tanh approximation that OpenAI's
             GPT-2 and its checkpoints use, `kt.layers.gelu_approximate`).
         layer_norm_epsilon: epsilon of every LayerNorm (GPT-2's is 1e-5).
+        tie_word_embeddings: logits through the transposed token embedding
+            (True, GPT-2's) or through `lm_head`, an output projection of
+            its own (False; a GGUF file whose `output.weight` differs from
+            its embedding).
         **kwargs: `keras.Model` arguments (`name`, `trainable`).
 
     Call arguments:
@@ -59,7 +66,8 @@ class GPT2(ModelMixin, CausalLM):
 
     Layers (attributes): `embeddings` (`kt.layers.PositionalEmbedding`),
     `embeddings_dropout`, `blocks` (a list of
-    `kt.layers.TransformerDecoderBlock`), `final_layer_norm`.
+    `kt.layers.TransformerDecoderBlock`), `final_layer_norm`, `lm_head`
+    (None when tied).
 
     Examples:
         >>> import numpy as np
@@ -90,9 +98,12 @@ class GPT2(ModelMixin, CausalLM):
         dropout=0.1,
         activation="gelu",
         layer_norm_epsilon=1e-5,
+        tie_word_embeddings=True,
         **kwargs,
     ):
         config = constructor_arguments(locals())
+        if tie_word_embeddings:  # the default, not written in configs
+            del config["tie_word_embeddings"]
         validation.check_choice("activation", activation, tuple(ACTIVATIONS))
         validation.check_rate("layer_norm_epsilon", layer_norm_epsilon)
         check_sizes(config)
@@ -125,11 +136,20 @@ class GPT2(ModelMixin, CausalLM):
         self.final_layer_norm = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, name="final_layer_norm"
         )
+        self.lm_head = None
+        if not tie_word_embeddings:  # the real tokens' logits (no padding row)
+            self.lm_head = quantization.Dense(
+                vocabulary_size - 1,
+                use_bias=False,
+                kernel_initializer=normal_initializer(),
+                name="lm_head",
+            )
         # === Functional model ===
         token_ids = keras.Input((None,), dtype="int32", name="token_ids")
         logits, _ = self._forward(token_ids)
         super().__init__(token_ids, logits, **{"name": "gpt2", **kwargs})
         self._set_config(**config)
+        self.tie_word_embeddings = bool(tie_word_embeddings)
 
     def _forward(self, token_ids, caches=None, index=None):
         """The forward pass, written once: it builds the functional model and,
@@ -151,7 +171,10 @@ class GPT2(ModelMixin, CausalLM):
                 )
                 updated.append(cache)
         x = self.final_layer_norm(x)
-        logits = self.embeddings(x, reverse=True)  # (B, T, V), tied weights
+        if self.lm_head is None:
+            logits = self.embeddings(x, reverse=True)  # (B, T, V), tied weights
+        else:  # (B, T, V - 1), then id 0's column
+            logits = ops.pad(self.lm_head(x), [[0, 0], [0, 0], [1, 0]])
         logits = exclude_padding_logit(logits)  # id 0 is padding, not a token
         return logits, (updated if caches is not None else None)
 

@@ -37,7 +37,7 @@ metadata and the Hugging Face tensors of the file, then goes through
   as transformers does;
 - llama.cpp writes the tied head as its own `output.weight`: transformers
   then unties it, we keep it tied where it equals the token embedding and
-  refuse the file where it does not (a head quantized to another type);
+  untie it where it does not (a head quantized to another type);
 - every tensor type above is dequantized, Q8_0 and Q4_0 too (GPT-2's
   layers hold no int8 blocks of 32).
 
@@ -46,6 +46,8 @@ inputs (I / 32).
 """
 
 import collections
+
+import numpy as np
 
 from keras_transformer import _gguf
 from keras_transformer._compat import collect_once
@@ -321,8 +323,6 @@ def _load_gpt2(reader, config, dtype, path):
             "GPT-2 GGUF files load in float32 only. Received: "
             f"dtype={dtype!r} for {path!r}"
         )
-    # Tied here where the file's head equals its embedding (`build` checks).
-    config = {**config, "tie_word_embeddings": True}
     gpt2.config_to_arguments(config)  # checks, before tensors
     names = {
         t.name: _hf_name(t.name, path, GPT2_TOP_TENSORS, GPT2_BLOCK_TENSORS, "h")
@@ -337,7 +337,12 @@ def _load_gpt2(reader, config, dtype, path):
             weights[name] = weight.T if name.endswith(GPT2_TRANSPOSED) else weight
     finally:
         source.close()
-    return gpt2.build(config, weights)
+    # llama.cpp writes GPT-2's tied head as its own `output.weight`: kept tied
+    # where it equals the embedding (the same numbers, half the memory),
+    # untied where it does not, as transformers unties it.
+    head = weights.get("lm_head.weight")
+    tied = head is None or np.array_equal(head, weights["wte.weight"])
+    return gpt2.build({**config, "tie_word_embeddings": tied}, weights)
 
 
 def _gemma3_config(metadata, tensor_names, path):

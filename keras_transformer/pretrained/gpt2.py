@@ -38,9 +38,10 @@ REQUIRED = {
     "scale_attn_weights": (True,),
     "scale_attn_by_inverse_layer_idx": (False,),
     "add_cross_attention": (False,),
-    "tie_word_embeddings": (True,),
+    "tie_word_embeddings": (True, False),
 }
 ARCHITECTURES = ("GPT2LMHeadModel", "GPT2Model")
+HEAD = "lm_head.weight"  # an untied head's (never prefixed `transformer.`)
 # The causal-mask buffers of older checkpoints carry no weights.
 BUFFER = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
 
@@ -86,6 +87,7 @@ def config_to_arguments(config):
         dropout=config.get("resid_pdrop", 0.1),
         activation=ACTIVATIONS[activation],
         layer_norm_epsilon=config.get("layer_norm_epsilon", 1e-5),
+        tie_word_embeddings=config.get("tie_word_embeddings", True),
     )
 
 
@@ -109,7 +111,7 @@ def arguments_to_config(model, end_token_id=None):
             model.activation, "gelu"
         ),
         "layer_norm_epsilon": model.layer_norm_epsilon,
-        "tie_word_embeddings": True,
+        "tie_word_embeddings": model.tie_word_embeddings,
         "bos_token_id": end,
         "eos_token_id": end,
         "initializer_range": 0.02,
@@ -207,12 +209,15 @@ def _pairs(model):
                 (f"{prefix}.{name}.bias", biases, bias),
             ]
     pairs += checkpoint.norm_pairs("ln_f", model.final_layer_norm)
+    if model.lm_head is not None:  # torch (V, E) <-> Keras (E, V)
+        pairs.append((HEAD, model.lm_head.kernel, (lambda w: w.T, lambda w: w.T)))
     return pairs
 
 
 def _key(weights, name):
     """The checkpoint's key for `name`: `GPT2LMHeadModel` checkpoints
-    written by `transformers` prefix `transformer.`; OpenAI's do not."""
+    written by `transformers` prefix `transformer.` (not the head's);
+    OpenAI's do not."""
     for candidate in (f"transformer.{name}", name):
         if candidate in weights:
             return candidate
@@ -226,7 +231,7 @@ def build(config, weights):
     """Our `GPT2` of a checkpoint, weights in place."""
     with placeholder_weights():  # every weight is assigned below
         model = GPT2(**config_to_arguments(config))
-    if "lm_head.weight" in weights:  # a tied copy of the token embedding
+    if model.tie_word_embeddings and HEAD in weights:  # a tied copy of wte
         head, embedding = (
             weights["lm_head.weight"],
             weights[_key(weights, "wte.weight")],
@@ -234,10 +239,11 @@ def build(config, weights):
         if head.shape != embedding.shape or not np.array_equal(head, embedding):
             raise ValueError(
                 "The checkpoint's 'lm_head.weight' differs from its token "
-                "embedding; kt.models.GPT2 ties the two (untied heads are not "
-                "supported)."
+                "embedding, but its config.json ties them "
+                "(tie_word_embeddings=True)."
             )
-    buffers = [key for key in weights if BUFFER.search(key)] + ["lm_head.weight"]
+    buffers = [key for key in weights if BUFFER.search(key)]
+    buffers += [HEAD] if model.tie_word_embeddings else []
     checkpoint.assign(_pairs(model), weights, _key, tuple(buffers))
     return model
 
@@ -245,7 +251,10 @@ def build(config, weights):
 def export(model, end_token_id=None):
     """`(config, tensors)` of a `GPT2` in Hugging Face's names and layouts."""
     tensors = checkpoint.tensors(
-        [(f"transformer.{name}", v, c) for name, v, c in _pairs(model)]
+        [
+            (name if name == HEAD else f"transformer.{name}", v, c)
+            for name, v, c in _pairs(model)
+        ]
     )
     return arguments_to_config(model, end_token_id), tensors
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from tests.helpers import reference_import, to_numpy
 
 FIXTURES = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf", "gguf")
 with open(os.path.join(FIXTURES, "gpt2_reference.json"), encoding="utf-8") as f:
@@ -99,16 +100,34 @@ def test_task_from_gguf_generates_transformers_greedy_text(name):
     )
 
 
-def test_an_untied_head_is_refused_by_name(monkeypatch):
-    # A head quantized to another type than the embedding differs from it.
+def test_an_untied_head_loads_and_computes_as_transformers(monkeypatch, tmp_path):
+    # A head quantized to another type than the embedding differs from it:
+    # transformers unties it (its GPT2LMHeadModel with tie_word_embeddings
+    # False), so do we.
     read = kt.pretrained.gguf.dequantized
 
     def untied(tensor, rows, dtype="float32"):
-        return read(tensor, rows, dtype) + (tensor.name == "output.weight")
+        return read(tensor, rows, dtype) + 0.5 * (tensor.name == "output.weight")
 
     monkeypatch.setattr(kt.pretrained.gguf, "dequantized", untied)
-    with pytest.raises(ValueError, match="'lm_head.weight' differs"):
-        kt.models.from_pretrained(path(NAMES[0]))
+    model = kt.models.from_pretrained(path(NAMES[0]))
+    assert not model.tie_word_embeddings
+    assert model.get_config()["tie_word_embeddings"] is False
+    ids = np.array([[5, 6, 7, 8]])
+    ours = to_numpy(model(ids))
+    kt.models.save_pretrained(model, tmp_path)
+    with open(tmp_path / "config.json", encoding="utf-8") as f:
+        assert json.load(f)["tie_word_embeddings"] is False
+    torch = reference_import("torch")
+    transformers = reference_import("transformers")
+    reference = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        theirs = reference(torch.tensor(ids - 1)).logits.numpy()
+    np.testing.assert_allclose(ours[..., 1:], theirs, rtol=0, atol=1e-4)
+    head = reference.lm_head.weight.detach().numpy()
+    assert not np.array_equal(head, reference.transformer.wte.weight.detach().numpy())
+    reloaded = kt.models.from_pretrained(tmp_path)
+    np.testing.assert_array_equal(to_numpy(reloaded(ids)), ours)
 
 
 @pytest.mark.parametrize(

@@ -188,8 +188,8 @@ def test_bad_gpt2_checkpoints(tmp_path):
         ({"n_embd": 32}, "'transformer.wte.weight' has shape"),
         (
             {"model_type": "mt5"},
-            r"supported: \['bart', 'bert', 'gpt2', 'llama', 'marian', 'mistral', "
-            r"'qwen2', 't5', 'vit', 'whisper'\]",
+            r"supported: \['bart', 'bert', 'gemma3_text', 'gpt2', 'llama', 'marian', "
+            r"'mistral', 'qwen2', 't5', 'vit', 'whisper'\]",
         ),
     ]:
         with open(folder / "config.json", "w") as f:
