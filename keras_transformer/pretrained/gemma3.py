@@ -22,6 +22,8 @@ read.
 Shape legend: V the checkpoint's vocabulary size, E hidden size.
 """
 
+import contextlib
+
 from keras_transformer.models.gemma3 import (
     GLOBAL,
     LOCAL,
@@ -198,6 +200,15 @@ def block_projections(block):
     return llama.block_projections(block)
 
 
+def projection_layers(model):
+    """`{Hugging Face weight name: our layer}` of every projection."""
+    return {
+        f"model.layers.{i}.{name}.weight": layer
+        for i, block in enumerate(model.blocks)
+        for name, layer in block_projections(block)
+    }
+
+
 def peft_modules(model):
     """`{PEFT module name: [(our layer, None)]}` of a `Gemma3`."""
     return {
@@ -240,13 +251,19 @@ def _key(weights, name):
     )
 
 
-def build(arguments, weights, dtype=None):
+def build(arguments, weights, dtype=None, prepare=None, constructing=None):
     """Our `Gemma3` of checked constructor `arguments` and a checkpoint's
     tensors (a mapping of Hugging Face names), built under `dtype` (None:
-    float32)."""
-    with global_dtype_policy(dtype or "float32"), placeholder_weights():
+    float32). `prepare` and `constructing`: as `kt.pretrained.llama.build`'s
+    (a GGUF file's int8 blocks)."""
+    with (
+        global_dtype_policy(dtype or "float32"),
+        placeholder_weights(),
+        constructing or contextlib.nullcontext(),
+    ):
         model = Gemma3(**arguments)
-    ignored = ()
+    done = set(prepare(model)) if prepare else set()
+    ignored = tuple(done)
     if "lm_head.weight" in weights:
         head = weights["lm_head.weight"]
         embedding = weights[_key(weights, "model.embed_tokens.weight")]
@@ -256,8 +273,9 @@ def build(arguments, weights, dtype=None):
                 "embedding; Gemma 3's head is the token embedding "
                 "(tie_word_embeddings=True)."
             )
-        ignored = ("lm_head.weight",)
-    pairs = checkpoint.in_variable_dtype(weight_pairs(model))
+        ignored += ("lm_head.weight",)
+    pairs = [pair for pair in weight_pairs(model) if pair[0] not in done]
+    pairs = checkpoint.in_variable_dtype(pairs)
     checkpoint.assign(pairs, weights, _key, ignored)
     return model
 

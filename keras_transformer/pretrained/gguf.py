@@ -45,20 +45,17 @@ Shape legend: O a projection's outputs, I its inputs, B its blocks of 32
 inputs (I / 32).
 """
 
-import collections
-
 import numpy as np
 
 from keras_transformer import _gguf
-from keras_transformer._compat import collect_once
-from keras_transformer.layers.quantization import BlockConfig, int8_at_build
+from keras_transformer.layers.quantization import int8_at_build
 from keras_transformer.pretrained import gguf_gemma3, gpt2, llama
 from keras_transformer.pretrained.gguf_tensors import (
-    BLOCK,
     INT8,
-    NOT_INT8,
     FileTensors,
+    built_int8,
     dequantized,
+    set_int8,
 )
 
 ARCHITECTURES = {
@@ -266,8 +263,8 @@ def load(path, dtype=None):
             arguments,
             tensors,
             dtype,
-            prepare=lambda m: _set_int8(m, tensors),
-            constructing=int8_at_build(_built_int8(tensors)),
+            prepare=lambda m: set_int8(m, tensors, llama.projection_layers),
+            constructing=int8_at_build(built_int8(tensors)),
         )
     finally:
         tensors.close()
@@ -294,26 +291,6 @@ def _frequency_factors(tensor, arguments, path):
     finally:
         source.close()
     return {"rope_type": "frequency_factors", "factors": factors.tolist()}
-
-
-def _built_int8(tensors):
-    """`select(layer, (in, out))` of `int8_at_build`: the projections
-    built int8, never float: those of int8 tensors whose shape no other
-    projection tensor of the file has (as a Q8_0 output head's), so the
-    shape names the layer. The others are quantized after construction
-    (`_set_int8`)."""
-    shapes = collections.Counter(
-        tensors.placeholder(name).shape[::-1]  # (I, O)
-        for name in tensors
-        if tensors.placeholder(name).ndim == 2 and name not in NOT_INT8
-    )
-    unique = {
-        tensors.placeholder(name).shape[::-1]
-        for name in tensors.int8_names
-        if shapes[tensors.placeholder(name).shape[::-1]] == 1
-    }
-    config = BlockConfig(BLOCK, values_follow=True)
-    return lambda layer, shape: config if shape in unique else None
 
 
 def _load_gpt2(reader, config, dtype, path):
@@ -417,32 +394,3 @@ def _permutations(config):
         for i in range(config["num_hidden_layers"])
         for name, count in [("q_proj", heads), ("k_proj", kv_heads)]
     }
-
-
-def _set_int8(model, tensors):
-    """Quantizes the layers of the `tensors.int8_names` (int8 with blocks of
-    32 rows, their float kernels never read) and sets their values and
-    scales; the model then reports `quantized_mode == "int8"`. Run before
-    the float tensors are assigned, so a float kernel that int8 replaces
-    is freed first. Returns the names set."""
-    if not tensors.int8_names:
-        return set()
-    layers = llama.projection_layers(model)
-    names = sorted(tensors.int8_names)
-    for name in names:  # checked before any is set
-        shape = layers[name].matrix_shape()[::-1]  # (O, I)
-        if tensors.placeholder(name).shape != shape:
-            raise ValueError(
-                f"GGUF tensor {name!r} has shape {tensors.placeholder(name).shape}, "
-                f"which disagrees with the file's metadata (expected {shape})."
-            )
-    with collect_once():
-        for name in names:
-            layer = layers[name]
-            if layer.quantization_mode is None:  # else built int8
-                layer.quantize("int8", config=BlockConfig(BLOCK, values_follow=True))
-            values, scales = tensors.int8(name)
-            layer.assign_int8(values.T, scales)  # (I, O): Keras' kernel layout
-    # The embedding and any dequantized projection stay float.
-    model.mark_quantized("int8", BLOCK, keep_float=True)
-    return set(names)

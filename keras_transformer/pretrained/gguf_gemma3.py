@@ -18,8 +18,13 @@ hands the metadata and tensors here.
   too: Gemma's layers are not given int8 blocks).
 """
 
+from keras_transformer.layers.quantization import int8_at_build
 from keras_transformer.pretrained import gemma3
-from keras_transformer.pretrained.gguf_tensors import FileTensors
+from keras_transformer.pretrained.gguf_tensors import (
+    FileTensors,
+    built_int8,
+    set_int8,
+)
 
 # `gemma3.{key}` -> the config.json key, as transformers maps them.
 CONFIG_KEYS = {
@@ -95,9 +100,14 @@ def load(reader, config, dtype, path):
     # llama.cpp's `1 + scale` of every norm, back to Gemma's `scale`.
     offsets = {n: _minus_one for n in names.values() if n.endswith("norm.weight")}
     tensors = FileTensors(reader, names, offsets, dtype)
-    tensors.int8_names.clear()  # all dequantized: no int8 blocks here
     try:
-        return gemma3.build(arguments, tensors, dtype)
+        return gemma3.build(
+            arguments,
+            tensors,
+            dtype,
+            prepare=lambda m: set_int8(m, tensors, gemma3.projection_layers),
+            constructing=int8_at_build(built_int8(tensors)),
+        )
     finally:
         tensors.close()
 

@@ -7,11 +7,14 @@ Shape legend: O a projection's outputs, I its inputs, B its blocks of 32
 inputs (I / 32).
 """
 
+import collections
 import collections.abc
 
 import numpy as np
 
 from keras_transformer import _gguf
+from keras_transformer._compat import collect_once
+from keras_transformer.layers.quantization import BlockConfig
 from keras_transformer.pretrained import checkpoint
 from keras_transformer.pretrained.row_source import RowSource
 
@@ -166,3 +169,53 @@ def _int8_rows(tensor, data):
     q = np.where((d == 0)[..., None], 0, q)
     scales = np.where(d == 0, 1.0, 1.0 / np.where(d == 0, 1.0, d))
     return q.reshape(len(data), -1), scales
+
+
+def built_int8(tensors):
+    """`select(layer, (in, out))` of `int8_at_build`: the projections
+    built int8, never float: those of int8 tensors whose shape no other
+    projection tensor of the file has (as a Q8_0 output head's), so the
+    shape names the layer. The others are quantized after construction
+    (`set_int8`)."""
+    shapes = collections.Counter(
+        tensors.placeholder(name).shape[::-1]  # (I, O)
+        for name in tensors
+        if tensors.placeholder(name).ndim == 2 and name not in NOT_INT8
+    )
+    unique = {
+        tensors.placeholder(name).shape[::-1]
+        for name in tensors.int8_names
+        if shapes[tensors.placeholder(name).shape[::-1]] == 1
+    }
+    config = BlockConfig(BLOCK, values_follow=True)
+    return lambda layer, shape: config if shape in unique else None
+
+
+def set_int8(model, tensors, projection_layers):
+    """Quantizes the layers of the `tensors.int8_names` (int8 with blocks of
+    32 rows, their float kernels never read) and sets their values and
+    scales (`projection_layers(model)`: `{Hugging Face name: our layer}`);
+    the model then reports `quantized_mode == "int8"`. Run before
+    the float tensors are assigned, so a float kernel that int8 replaces
+    is freed first. Returns the names set."""
+    if not tensors.int8_names:
+        return set()
+    layers = projection_layers(model)
+    names = sorted(tensors.int8_names)
+    for name in names:  # checked before any is set
+        shape = layers[name].matrix_shape()[::-1]  # (O, I)
+        if tensors.placeholder(name).shape != shape:
+            raise ValueError(
+                f"GGUF tensor {name!r} has shape {tensors.placeholder(name).shape}, "
+                f"which disagrees with the file's metadata (expected {shape})."
+            )
+    with collect_once():
+        for name in names:
+            layer = layers[name]
+            if layer.quantization_mode is None:  # else built int8
+                layer.quantize("int8", config=BlockConfig(BLOCK, values_follow=True))
+            values, scales = tensors.int8(name)
+            layer.assign_int8(values.T, scales)  # (I, O): Keras' kernel layout
+    # The embedding and any dequantized projection stay float.
+    model.mark_quantized("int8", BLOCK, keep_float=True)
+    return set(names)

@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 
+import gguf
 import numpy as np
 import pytest
 
@@ -112,6 +113,10 @@ def test_task_generates_transformers_greedy_text(source):
 
 def test_save_pretrained_round_trip(loaded, tmp_path):
     source, model, reference = loaded
+    if source == "gguf":  # its Q8_0 projections stay int8: no float folder
+        with pytest.raises(ValueError, match="quantized_mode='int8'"):
+            kt.models.save_pretrained(model, tmp_path / "saved")
+        return
     kt.models.save_pretrained(model, tmp_path / "saved")
     with open(tmp_path / "saved" / "config.json", encoding="utf-8") as f:
         written = json.load(f)
@@ -172,6 +177,17 @@ def test_older_configs_read_the_same(tmp_path):
 def test_configs_we_do_not_compute_are_refused(tmp_path, changes, match):
     with pytest.raises(ValueError, match=match):
         kt.models.from_pretrained(rewrite(tmp_path, **changes))
+
+
+def test_gguf_q8_0_projections_stay_int8_blocks_of_32():
+    model = kt.models.from_pretrained(PATHS["gguf"])
+    assert model.quantized_mode == "int8"
+    q8_0 = [
+        t.name
+        for t in gguf.GGUFReader(PATHS["gguf"]).tensors
+        if t.tensor_type.name == "Q8_0" and t.name != "token_embd.weight"
+    ]
+    assert len(q8_0) == len([v for v in model.weights if v.dtype == "int8"]) > 0
 
 
 def test_gguf_keys_and_tensors_we_do_not_compute_are_refused():
