@@ -200,15 +200,6 @@ def block_projections(block):
     return llama.block_projections(block)
 
 
-def projection_layers(model):
-    """`{Hugging Face weight name: our layer}` of every projection."""
-    return {
-        f"model.layers.{i}.{name}.weight": layer
-        for i, block in enumerate(model.blocks)
-        for name, layer in block_projections(block)
-    }
-
-
 def peft_modules(model):
     """`{PEFT module name: [(our layer, None)]}` of a `Gemma3`."""
     return {

@@ -19,7 +19,7 @@ hands the metadata and tensors here.
 """
 
 from keras_transformer.layers.quantization import int8_at_build
-from keras_transformer.pretrained import gemma3
+from keras_transformer.pretrained import gemma3, llama
 from keras_transformer.pretrained.gguf_tensors import (
     FileTensors,
     built_int8,
@@ -105,7 +105,7 @@ def load(reader, config, dtype, path):
             arguments,
             tensors,
             dtype,
-            prepare=lambda m: set_int8(m, tensors, gemma3.projection_layers),
+            prepare=lambda m: set_int8(m, tensors, llama.projection_layers),
             constructing=int8_at_build(built_int8(tensors)),
         )
     finally:

@@ -228,12 +228,10 @@ def arguments_to_config(model, dtype):
     """The Hugging Face `config.json` of a `Llama` (its weights in
     `dtype`), with the keys transformers 5 writes for the family."""
     model_type = model_type_of(model)
-    kind = (model.rope_scaling or {}).get("rope_type")
-    if kind not in ROPE_KEYS and kind is not None:
+    if (model.rope_scaling or {}).get("rope_type") == "frequency_factors":
         raise ValueError(
-            f"A model with {kind!r} rope scaling (llama.cpp's rope_freqs.weight) "
-            "has no Hugging Face config: transformers computes no such type. "
-            f"Received: rope_scaling type {kind!r}"
+            "A model with 'frequency_factors' rope scaling (llama.cpp's "
+            "rope_freqs.weight) has no Hugging Face config: transformers has none."
         )
     rope = {"rope_theta": model.rope_theta, "rope_type": "default"}
     if model.rope_scaling is not None:
@@ -342,13 +340,13 @@ def block_projections(block):
 
 def projection_layers(model):
     """`{Hugging Face weight name: our layer}` of every projection (the
-    output head included when untied)."""
+    output head included when untied) of a `Llama` or a `Gemma3`."""
     layers = {
         f"model.layers.{i}.{name}.weight": layer
         for i, block in enumerate(model.blocks)
         for name, layer in block_projections(block)
     }
-    if not model.tie_word_embeddings:
+    if getattr(model, "lm_head", None) is not None:
         layers["lm_head.weight"] = model.lm_head
     return layers
 
@@ -399,11 +397,9 @@ def _key(weights, name):
 
 def build(arguments, weights, dtype=None, prepare=None, constructing=None):
     """Our `Llama` of checked constructor `arguments` and a checkpoint's
-    tensors, built under `dtype` (None: float32). `prepare(model)`, if
-    given, runs before any tensor is assigned and returns the names of the
-    tensors it set itself (a GGUF file's int8 blocks), which are then
-    skipped; `constructing`, a context manager entered while the model is
-    constructed (`kt.layers.quantization.int8_at_build`)."""
+    tensors, built under `dtype` (None: float32). `prepare(model)` returns
+    the tensors it set before the rest are (a GGUF file's int8 blocks);
+    `constructing` is entered while the model is built (`int8_at_build`)."""
     with (
         global_dtype_policy(dtype or "float32"),
         placeholder_weights(),
