@@ -22,19 +22,14 @@ read.
 Shape legend: V the checkpoint's vocabulary size, E hidden size.
 """
 
-import contextlib
-
 from keras_transformer.models.gemma3 import (
     GLOBAL,
     LOCAL,
     Gemma3,
     default_layer_types,
 )
-from keras_transformer.models.initializers import (
-    global_dtype_policy,
-    placeholder_weights,
-)
 from keras_transformer.pretrained import checkpoint, llama
+from keras_transformer.pretrained.decoder_build import build_decoder
 from keras_transformer.pretrained.family import Family
 from keras_transformer.text import hf_llama
 
@@ -233,42 +228,14 @@ def weight_pairs(model):
     return pairs
 
 
-def _key(weights, name):
-    if name in weights:
-        return name
-    raise ValueError(
-        f"The checkpoint has no tensor {name!r}; it does not look like a "
-        "Gemma 3 checkpoint of its config.json's sizes."
-    )
-
-
 def build(arguments, weights, dtype=None, prepare=None, constructing=None):
     """Our `Gemma3` of checked constructor `arguments` and a checkpoint's
     tensors (a mapping of Hugging Face names), built under `dtype` (None:
     float32). `prepare` and `constructing`: as `kt.pretrained.llama.build`'s
     (a GGUF file's int8 blocks)."""
-    with (
-        global_dtype_policy(dtype or "float32"),
-        placeholder_weights(),
-        constructing or contextlib.nullcontext(),
-    ):
-        model = Gemma3(**arguments)
-    done = set(prepare(model)) if prepare else set()
-    ignored = tuple(done)
-    if "lm_head.weight" in weights:
-        head = weights["lm_head.weight"]
-        embedding = weights[_key(weights, "model.embed_tokens.weight")]
-        if head.shape != embedding.shape or not (head == embedding).all():
-            raise ValueError(
-                "The checkpoint's 'lm_head.weight' differs from its token "
-                "embedding; Gemma 3's head is the token embedding "
-                "(tie_word_embeddings=True)."
-            )
-        ignored += ("lm_head.weight",)
-    pairs = [pair for pair in weight_pairs(model) if pair[0] not in done]
-    pairs = checkpoint.in_variable_dtype(pairs)
-    checkpoint.assign(pairs, weights, _key, ignored)
-    return model
+    return build_decoder(
+        Gemma3, weight_pairs, arguments, weights, dtype, prepare, constructing
+    )
 
 
 def export(model):

@@ -30,15 +30,11 @@ Shape legend: V the checkpoint's vocabulary size, E hidden size, H query
 heads, Hkv key/value heads, D head size, F feed-forward size.
 """
 
-import contextlib
 import dataclasses
 
-from keras_transformer.models.initializers import (
-    global_dtype_policy,
-    placeholder_weights,
-)
 from keras_transformer.models.llama import Llama
 from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained.decoder_build import build_decoder
 from keras_transformer.pretrained.family import Family
 from keras_transformer.text import hf_llama
 
@@ -386,42 +382,14 @@ def weight_pairs(model):
     return pairs
 
 
-def _key(weights, name):
-    if name in weights:
-        return name
-    raise ValueError(
-        f"The checkpoint has no tensor {name!r}; it does not look like a "
-        "checkpoint of its config.json's sizes."
-    )
-
-
 def build(arguments, weights, dtype=None, prepare=None, constructing=None):
     """Our `Llama` of checked constructor `arguments` and a checkpoint's
     tensors, built under `dtype` (None: float32). `prepare(model)` returns
     the tensors it set before the rest are (a GGUF file's int8 blocks);
     `constructing` is entered while the model is built (`int8_at_build`)."""
-    with (
-        global_dtype_policy(dtype or "float32"),
-        placeholder_weights(),
-        constructing or contextlib.nullcontext(),
-    ):
-        model = Llama(**arguments)
-    done = set(prepare(model)) if prepare else set()
-    ignored = tuple(done)
-    if model.tie_word_embeddings and "lm_head.weight" in weights:
-        head = weights["lm_head.weight"]
-        embedding = weights[_key(weights, "model.embed_tokens.weight")]
-        if head.shape != embedding.shape or not (head == embedding).all():
-            raise ValueError(
-                "The checkpoint's 'lm_head.weight' differs from its token "
-                "embedding, but its config.json ties them "
-                "(tie_word_embeddings=True)."
-            )
-        ignored += ("lm_head.weight",)
-    pairs = [pair for pair in weight_pairs(model) if pair[0] not in done]
-    pairs = checkpoint.in_variable_dtype(pairs)
-    checkpoint.assign(pairs, weights, _key, ignored)
-    return model
+    return build_decoder(
+        Llama, weight_pairs, arguments, weights, dtype, prepare, constructing
+    )
 
 
 def export(model):
