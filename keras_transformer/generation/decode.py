@@ -14,6 +14,7 @@ Shape legend: B batch, P prompt length, L buffer length (a bucket >= P +
 max_new_tokens), S source length.
 """
 
+import functools
 import inspect
 import logging
 
@@ -31,9 +32,16 @@ from keras_transformer.models.decoding import CausalLM, Seq2SeqLM
 
 BUCKET = 32  # source lengths are rounded up to a multiple of this
 # Buffer lengths are powers of two from this one (or the model's limit): a
-# conversation's growing prompts reuse a few compiled loops. The loop reads
-# only the prompt's positions (in pieces), so a longer buffer costs little.
-MIN_BUFFER = 512
+# one-shot request attends over at most twice the positions it needs (each
+# step reads the whole buffer's cache: from 512, a GPT-2's 256 positions at
+# batch 8 decoded 3.5x slower).
+MIN_BUFFER = 32
+# A conversation's buffers start here (`TextGenerator.chat`): its turns,
+# growing prompts, then reuse one compiled loop up to this many positions.
+CONVERSATION_BUFFER = 512
+# End ids reach a loop as an int32 vector of this length (or the next power
+# of two), -1 padded: one compiled loop serves one end id or a few.
+END_IDS = 4
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +61,7 @@ def generate(
     num_speculative_tokens=None,
     prompt_lookup_num_tokens=None,
     prompt_lookup_max_ngram_size=3,
+    min_buffer_length=None,
     **sampler_args,
 ):
     """Generates tokens with a `GPT2` or `Seq2Seq` model.
@@ -96,6 +105,12 @@ def generate(
             input (quotes, summaries, code, edits).
         prompt_lookup_max_ngram_size: the longest n tried (n goes down to 1
             until a match is found).
+        min_buffer_length: the least length of the decode buffer (the
+            prompt and the new tokens, rounded up to a power of two from
+            it; 32 by default). Each length is one compiled loop: a caller
+            whose prompts keep growing (a conversation; `TextGenerator.chat`
+            passes `CONVERSATION_BUFFER`, 512) compiles fewer loops with a
+            larger one, at the cost of every step reading a longer cache.
         **sampler_args: `temperature`, `top_k`, `top_p`, `num_beams`,
             `length_penalty`, `rules`, `early_stopping`, and the options every
             sampler takes: `min_new_tokens`, `no_repeat_ngram_size`,
@@ -128,8 +143,9 @@ def generate(
     # Speculative steps write up to K positions past the last one kept.
     room = speculation["num_tokens"] if speculation else 0
     request = check_request(
-        model, inputs, max_new_tokens, sampler, end_token_id, seed, room
-    )
+        model, inputs, max_new_tokens, sampler, end_token_id, seed, room,
+        min_buffer_length,
+    )  # fmt: skip
     if request is None:  # max_new_tokens == 0
         return model.generation_inputs(inputs)[0]
     if speculation:
@@ -150,15 +166,21 @@ def generate(
 REQUEST_KEYS = ("tokens", "source", "start", "stop", "end_token_id", "seed")
 
 
-def check_request(model, inputs, max_new_tokens, sampler, end_token_id, seed, room=0):
+def check_request(
+    model, inputs, max_new_tokens, sampler, end_token_id, seed, room=0,
+    min_buffer_length=None,
+):  # fmt: skip
     """`generate`'s checks of a request, before any work, and the numpy
     arguments of a decode function (a dict keyed by `REQUEST_KEYS`, plus
     `prompt_mask`); None when `max_new_tokens` is 0.
 
-    `end_token_id` (None, an id, or a list of ids) becomes an int32 scalar
-    (-1 for none) or, for several ids, a vector; `room` is how many
-    positions past the last one a decode loop may write (speculation)."""
+    `end_token_id` (None, an id, or a list of ids) becomes an int32 vector
+    of `END_IDS` (or the next power of two) ids, -1 padded; `room` is how
+    many positions past the last one a decode loop may write
+    (speculation); `min_buffer_length` is `generate`'s."""
     max_new_tokens = validation.check_max_new_tokens(max_new_tokens)
+    if min_buffer_length is not None:
+        validation.check_positive_int("min_buffer_length", min_buffer_length)
     prompt, source = model.generation_inputs(inputs)
     vocabulary_size = model.output_vocabulary_size
     end_ids = check_end_token_ids(end_token_id, vocabulary_size)
@@ -186,7 +208,7 @@ def check_request(model, inputs, max_new_tokens, sampler, end_token_id, seed, ro
         )
     if max_new_tokens == 0:
         return None
-    minimum = getattr(model, "min_decode_buffer", MIN_BUFFER)
+    minimum = min_buffer_length or getattr(model, "min_decode_buffer", MIN_BUFFER)
     length = buffer_length(total + room, limit, minimum)
     tokens = np.zeros((batch, length), "int32")
     tokens[:, :prompt_length] = prompt
@@ -202,7 +224,7 @@ def check_request(model, inputs, max_new_tokens, sampler, end_token_id, seed, ro
         "source": source,
         "start": np.int32(lengths.min()),
         "stop": np.int32(total),
-        "end_token_id": np.asarray(-1 if end_ids is None else end_ids, "int32"),
+        "end_token_id": padded_end_ids(end_ids),
         "seed": np.array([seed, 0], "int32"),
         "prompt_mask": tokens != 0,
     }
@@ -217,14 +239,33 @@ def buffer_length(needed, limit, minimum=MIN_BUFFER):
     Examples:
         >>> from keras_transformer.generation.decode import buffer_length
         >>> buffer_length(40, 8192), buffer_length(600, 8192), buffer_length(300, 320)
-        (512, 1024, 320)
-        >>> buffer_length(65, 512, minimum=32)  # an encoder-decoder's 64 tokens
-        128
+        (64, 1024, 320)
+        >>> buffer_length(65, 8192, minimum=512)  # a conversation's
+        512
     """
     length = minimum
     while length < needed:
         length *= 2
     return min(limit, length)
+
+
+def padded_end_ids(end_ids):
+    """`check_end_token_ids`' result as a decode loop takes it: an int32
+    vector of `END_IDS` ids (or the next power of two), -1 padded, so that
+    one compiled loop serves every request with up to `END_IDS` end ids.
+
+    Example:
+        >>> from keras_transformer.generation.decode import padded_end_ids
+        >>> padded_end_ids(None).tolist(), padded_end_ids(5).tolist()
+        ([-1, -1, -1, -1], [5, -1, -1, -1])
+        >>> padded_end_ids((1, 2, 3, 4, 5)).tolist()
+        [1, 2, 3, 4, 5, -1, -1, -1]
+    """
+    ids = [] if end_ids is None else np.reshape(end_ids, [-1]).tolist()
+    width = END_IDS
+    while width < len(ids):
+        width *= 2
+    return np.array(ids + [-1] * (width - len(ids)), "int32")
 
 
 def check_end_token_ids(end_token_id, vocabulary_size):
@@ -241,7 +282,7 @@ def check_end_token_ids(end_token_id, vocabulary_size):
 def compiled_decode_fn(model, sampler, use_cache=True, shapes=None):
     """`decode_function(model, sampler, use_cache)` as an XLA-compiled
     `tf.function`, built once per model, sampler and `shapes` (the request's
-    `(batch, buffer length, source length)`) and reused by `generate`
+    `(batch, buffer length, source length, end ids)`) and reused by `generate`
     (built again once `quantize` or LoRA has changed the model's
     variables). One function per shape: none is ever traced twice, and
     each new one is logged (at debug level, logger
@@ -260,16 +301,26 @@ def compiled(owner, key, build, functions=_COMPILED):
     functions = functions.of(owner)
     if key not in functions:
         logger.debug("Compiling a new function for %s: %s", type(owner).__name__, key)
+        # A partial, not the closure itself: TensorFlow counts the traces of
+        # functions of one closure's code together, and would warn of
+        # "retracing" after five shapes that each trace their own function
+        # once.
         functions[key] = tf.function(
-            build(), jit_compile=True, reduce_retracing=False, autograph=False
+            functools.partial(build()),
+            jit_compile=True,
+            reduce_retracing=False,
+            autograph=False,
         )
     return functions[key]
 
 
 def request_shapes(request):
     """The shapes that make a new compiled function: `(batch, buffer length,
-    source length)`."""
-    return request["tokens"].shape + (request["source"].shape[1],)
+    source length, end ids)`."""
+    return request["tokens"].shape + (
+        request["source"].shape[1],
+        request["end_token_id"].shape[0],
+    )
 
 
 def compiled_speculative_fn(

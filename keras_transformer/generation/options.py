@@ -106,7 +106,8 @@ def timestamp_rules(sampler, scores, tokens, index, prompt_lengths, end_token_id
     penultimate_was = tf.logical_or(new < 2, penultimate >= begin)[:, None]
     # In pairs: after two timestamps text, after one text a timestamp or end
     # (the ids below the end token are text).
-    end = tf.reduce_min(tf.reshape(end_token_id, [-1]))
+    ends = tf.reshape(end_token_id, [-1])
+    end = tf.reduce_min(tf.where(ends >= 0, ends, tf.reduce_max(ends)))  # -1: none
     pair_done = tf.logical_and(last_was, penultimate_was)
     scores = tf.where(tf.logical_and(pair_done, is_timestamp), -loop.INF, scores)
     opened = tf.logical_and(last_was, tf.logical_not(penultimate_was))

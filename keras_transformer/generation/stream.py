@@ -60,6 +60,7 @@ class ChunkedDecoding:
             next piece has proportionally more positions (at most 8 times
             as many), toward pieces of that duration. The tokens do not
             depend on the pieces.
+        min_buffer_length: as `generate`'s.
         **sampler_args: the sampler's arguments and options.
 
     Example:
@@ -85,6 +86,7 @@ class ChunkedDecoding:
         seed=None,
         chunk_size=CHUNK_SIZE,
         piece_seconds=None,
+        min_buffer_length=None,
         **sampler_args,
     ):
         check_generative(model, "model")
@@ -107,8 +109,9 @@ class ChunkedDecoding:
             )
         self.piece_seconds = piece_seconds
         self.request = check_request(
-            model, inputs, max_new_tokens, sampler, end_token_id, seed
-        )
+            model, inputs, max_new_tokens, sampler, end_token_id, seed,
+            min_buffer_length=min_buffer_length,
+        )  # fmt: skip
         self.chunk_size = chunk_size
         self.steps = 0  # positions run so far (all rows at once)
         if self.request is None:  # nothing to generate

@@ -48,6 +48,8 @@ class GenerationRequest:
         stream: return an iterator of pieces.
         stream_chunk_size: tokens per piece, or None (adaptive).
         speculative: the speculative or prompt-lookup decoding arguments.
+        min_buffer_length: `generate`'s (a chat's is larger: its turns
+            reuse one compiled loop), or None.
     """
 
     single: bool
@@ -63,6 +65,7 @@ class GenerationRequest:
     stream: bool
     stream_chunk_size: object
     speculative: dict
+    min_buffer_length: object = None
 
     @property
     def uses_pieces(self):
@@ -88,6 +91,7 @@ class GenerationRequest:
         stream=False,
         stream_chunk_size=None,
         sampler_args=None,
+        min_buffer_length=None,
     ):
         """The request of a `TextGenerator` call: every argument checked
         (a ValueError naming it) before the prompts are tokenized.
@@ -111,6 +115,7 @@ class GenerationRequest:
             stream_chunk_size: tokens per piece (None: adaptive).
             sampler_args: the sampler's arguments and options (all as
                 `TextGenerator.generate` takes them).
+            min_buffer_length: `generate`'s, or None.
         """
         stops = inputs.check_stop(stop)
         limit = task.model.max_sequence_length
@@ -179,6 +184,7 @@ class GenerationRequest:
             stream=stream,
             stream_chunk_size=stream_chunk_size,
             speculative=speculative,
+            min_buffer_length=min_buffer_length,
         )
 
 

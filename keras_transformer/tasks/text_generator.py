@@ -10,6 +10,7 @@ import numpy as np
 
 from keras_transformer import _validation as validation
 from keras_transformer.export import export_text_generator
+from keras_transformer.generation.decode import CONVERSATION_BUFFER
 from keras_transformer.generation.stream import (
     CHUNK_SIZE,
     PIECE_SECONDS,
@@ -179,6 +180,7 @@ class TextGenerator(Task):
             new = text_stream.generated_ids(
                 self.model, request.rows, request.ends, request.max_new_tokens,
                 request.decoder, request.seed, request.speculative,
+                request.min_buffer_length,
             )  # fmt: skip
             per_row = len(new) // len(request.rows)  # beam search: its best beams
             prompts = [row for row in request.rows for _ in range(per_row)]
@@ -253,6 +255,8 @@ class TextGenerator(Task):
                 stream=stream,
                 stream_chunk_size=options.pop("stream_chunk_size", None),
                 sampler_args=options,
+                # The turns of a conversation reuse one compiled loop.
+                min_buffer_length=CONVERSATION_BUFFER,
             )
         )
 
@@ -275,6 +279,7 @@ class TextGenerator(Task):
             seed=request.seed,
             chunk_size=chunk_size or CHUNK_SIZE,
             piece_seconds=PIECE_SECONDS if chunk_size is None else None,
+            min_buffer_length=request.min_buffer_length,
         )
         self._last_decoding = decoding  # for tests: the steps it ran
         yield from text_stream.run(

@@ -79,11 +79,15 @@ def _decode(tokenizer, ids):
     return [t.decode("utf-8") for t in detokenize(ragged).numpy()]
 
 
-def generated_ids(model, rows, ends, max_new_tokens, sampler, seed, speculative):
+def generated_ids(
+    model, rows, ends, max_new_tokens, sampler, seed, speculative,
+    min_buffer_length=None,
+):  # fmt: skip
     """`generate`'s new ids for each prompt of `rows` (`sampler.num_rows`
     results each for beam search's several sequences), up to an end id of
     `ends` (a tuple), at most `max_new_tokens`; `speculative` holds
-    `generate`'s speculative-decoding keywords.
+    `generate`'s speculative-decoding keywords, `min_buffer_length` its
+    keyword.
 
     Beam search runs each prompt length on its own: a hypothesis ends at
     its own prompt's length plus `max_new_tokens`, as when Hugging Face
@@ -102,6 +106,7 @@ def generated_ids(model, rows, ends, max_new_tokens, sampler, seed, speculative)
             sampler,
             end_token_id=list(ends) or None,
             seed=seed,
+            min_buffer_length=min_buffer_length,
             **speculative,
         )  # (B * n, P + N)
         n = len(out) // len(group)

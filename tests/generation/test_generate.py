@@ -103,8 +103,9 @@ def compiles(caplog):
 
 def test_a_conversation_reuses_one_compiled_loop_and_never_retraces(caplog):
     """Prompts growing from 3 to 200 tokens (several prefill pieces, rows of
-    mixed lengths) share one buffer length, so one compiled loop; each
-    equals the uncached decoding."""
+    mixed lengths) share one buffer length (`min_buffer_length=512`, as
+    `TextGenerator.chat` asks), so one compiled loop; each equals the
+    uncached decoding."""
     keras.utils.set_random_seed(1)
     model = spread_weights(
         kt.models.gpt2(40, num_layers=1, num_heads=2, hidden_dim=8,
@@ -115,14 +116,18 @@ def test_a_conversation_reuses_one_compiled_loop_and_never_retraces(caplog):
     for length in (3, 40, 90, 140, 200):
         prompts = rng.integers(1, 40, (2, length))
         prompts[1, length // 2 :] = 0  # a shorter row: it reads its prompt in steps
-        cached = kt.generation.generate(model, prompts, max_new_tokens=6)
+        cached = kt.generation.generate(
+            model, prompts, max_new_tokens=6, min_buffer_length=512
+        )
         uncached = kt.generation.generate(
-            model, prompts, max_new_tokens=6, use_cache=False
+            model, prompts, max_new_tokens=6, use_cache=False, min_buffer_length=512
         )
         np.testing.assert_array_equal(cached, uncached)
         assert compiles(caplog) == 2  # the cached loop and the uncached, once
     assert not [r for r in caplog.records if "retracing" in r.getMessage()]
-    kt.generation.generate(model, rng.integers(1, 40, (2, 510)), max_new_tokens=6)
+    kt.generation.generate(
+        model, rng.integers(1, 40, (2, 510)), max_new_tokens=6, min_buffer_length=512
+    )
     assert compiles(caplog) == 3  # 516 positions: the next buffer length
 
 

@@ -57,8 +57,8 @@ def test_an_encoder_decoder_decodes_in_a_buffer_of_its_answer(caplog):
     for new in (10, 40):
         kt.generation.generate(model, {"encoder_token_ids": source()}, new)
     keys = [r.args[1] for r in caplog.records if "Compiling" in r.getMessage()]
-    # The last entry: (batch, buffer, source length).
-    assert [key[-1] for key in keys] == [(2, 32, 32), (2, 64, 32)]
+    # The last entry: (batch, buffer, source length, end ids).
+    assert [key[-1] for key in keys] == [(2, 32, 32, 4), (2, 64, 32, 4)]
 
 
 def test_keras_file_round_trip_and_one_bias_table_per_stack(tmp_path):
