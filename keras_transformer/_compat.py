@@ -45,6 +45,21 @@ def kernel_variable(layer):
     return layer._kernel
 
 
+def replace_kernel_variable(layer, **weight):
+    """Deletes the kernel variable of a built `Dense` or `EinsumDense` and
+    gives it `layer.add_weight(name="kernel", **weight)` instead, which it
+    returns. Call it inside `unlocked(layer)`.
+
+    Keras' public `kernel` is a read-only property; its own `quantize`
+    replaces the private `_kernel` this way, deleting it first so that
+    `Layer.__delattr__` untracks it (keras/src/layers/core/dense.py and
+    einsum_dense.py, Keras 3.15.1).
+    """
+    del layer._kernel
+    layer._kernel = layer.add_weight(name="kernel", **weight)
+    return layer._kernel
+
+
 @contextlib.contextmanager
 def unlocked(layer):
     """`layer`'s state tracker unlocked inside, locked again on leaving.
@@ -94,6 +109,17 @@ def keras_mask(x):
     function Keras does not export.
     """
     return getattr(x, "_keras_mask", None)
+
+
+def model_strategy(model):
+    """The `tf.distribute` strategy `model` was created under, None if none.
+
+    Keras' public `distribute_strategy` falls back to the strategy current
+    where it is read; the model's own is the TensorFlow trainer's private
+    `_distribute_strategy` (keras/src/backend/tensorflow/trainer.py, Keras
+    3.15.1), which Keras' trainer reads to decide whether to distribute.
+    """
+    return model._distribute_strategy
 
 
 def maybe_symbolic_build(model, iterator):

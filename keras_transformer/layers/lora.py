@@ -15,6 +15,7 @@ and merged into the kernel when the layer is saved, as Keras does.
 import keras
 from keras import ops
 
+from keras_transformer._compat import kernel_variable, unlocked
 from keras_transformer.layers.quantization import Int8Matrix
 
 
@@ -52,21 +53,20 @@ class Projection(Int8Matrix, keras.layers.EinsumDense):
                 f"quantization_mode={self.quantization_mode!r}"
             )
         rows, columns = self.matrix_shape()
-        self._tracker.unlock()
-        self.lora_kernel_a = self.add_weight(
-            name="lora_kernel_a",
-            shape=(rows, rank),
-            initializer=keras.initializers.get(a_initializer),
-            dtype="float32",
-        )
-        self.lora_kernel_b = self.add_weight(
-            name="lora_kernel_b",
-            shape=(rank, columns),
-            initializer=keras.initializers.get(b_initializer),
-            dtype="float32",
-        )
-        self._kernel.trainable = False
-        self._tracker.lock()
+        with unlocked(self):
+            self.lora_kernel_a = self.add_weight(
+                name="lora_kernel_a",
+                shape=(rows, rank),
+                initializer=keras.initializers.get(a_initializer),
+                dtype="float32",
+            )
+            self.lora_kernel_b = self.add_weight(
+                name="lora_kernel_b",
+                shape=(rank, columns),
+                initializer=keras.initializers.get(b_initializer),
+                dtype="float32",
+            )
+            kernel_variable(self).trainable = False
         self.lora_enabled = True
         self.lora_rank = rank
         self.lora_alpha = lora_alpha if lora_alpha is not None else rank
@@ -86,9 +86,10 @@ class Projection(Int8Matrix, keras.layers.EinsumDense):
         if self.quantization_mode:  # int8: the update is computed apart
             return self.int8_values()
         update = ops.matmul(self.lora_kernel_a, self.lora_kernel_b)
-        update = ops.reshape(update, self._kernel.shape)
+        kernel = kernel_variable(self)
+        update = ops.reshape(update, kernel.shape)
         scale = self.lora_alpha / self.lora_rank
         return ops.cast(
-            ops.add(ops.cast(self._kernel, "float32"), scale * update),
+            ops.add(ops.cast(kernel, "float32"), scale * update),
             self.compute_dtype,
         )

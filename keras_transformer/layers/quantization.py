@@ -40,7 +40,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer._compat import kernel_variable
+from keras_transformer._compat import kernel_variable, replace_kernel_variable, unlocked
 from keras_transformer.layers.int8_blocks import (  # noqa: F401 (re-exported)
     BlockConfig,
     block_scales,
@@ -211,7 +211,8 @@ class Int8Matrix:
     @property
     def float_kernel_shape(self):
         """The kernel's shape in Keras' layout (the float kernel's)."""
-        return getattr(self, "_float_kernel_shape", None) or tuple(self._kernel.shape)
+        shape = getattr(self, "_float_kernel_shape", None)
+        return shape or tuple(kernel_variable(self).shape)
 
     def matrix_shape(self):
         """`(in, out)`: the kernel as a matrix."""
@@ -225,7 +226,7 @@ class Int8Matrix:
         block_size = self._block_size(config) if mode == "int8" else None
         weights = None
         if block_size is not None and not getattr(config, "values_follow", False):
-            weights = ops.convert_to_numpy(self._kernel)
+            weights = ops.convert_to_numpy(kernel_variable(self))
         # Keras skips subclasses; these compute the same.
         super().quantize(mode, type_check=False, config=config)
         if mode == "int8":
@@ -244,42 +245,42 @@ class Int8Matrix:
         transposed matrix and, with `block_size`, `weights` (float `(in,
         out)`) quantized in blocks, or zeros when None (values follow)."""
         rows, columns = self.matrix_shape()
-        shape = tuple(self._kernel.shape)
-        self._tracker.unlock()
-        # Values following: the variables' own zeros and ones, nothing
-        # computed or copied (a 0.5B model's head is 136M values).
-        values = scale = None
-        if block_size is not None:
-            if weights is not None:
-                values, scale = quantize_blocks(
-                    weights.reshape(rows, columns), block_size
+        kernel = kernel_variable(self)
+        shape = tuple(kernel.shape)
+        with unlocked(self):
+            # Values following: the variables' own zeros and ones, nothing
+            # computed or copied (a 0.5B model's head is 136M values).
+            values = scale = None
+            if block_size is not None:
+                if weights is not None:
+                    values, scale = quantize_blocks(
+                        weights.reshape(rows, columns), block_size
+                    )
+                del self.kernel_scale
+                self.kernel_scale = self.add_weight(
+                    name="kernel_scale",
+                    shape=(columns, -(-rows // block_size)),
+                    initializer="ones",
+                    dtype="float32",
+                    trainable=False,
                 )
-            del self.kernel_scale
-            self.kernel_scale = self.add_weight(
-                name="kernel_scale",
-                shape=(columns, -(-rows // block_size)),
-                initializer="ones",
-                dtype="float32",
+                if scale is not None:
+                    self.kernel_scale.assign(scale)
+                self.int8_block_size = block_size
+            else:
+                values = ops.transpose(ops.reshape(kernel, (rows, columns)))
+            if values is not None:
+                values = np.ascontiguousarray(ops.convert_to_numpy(values))
+            del kernel  # ours too: the variable goes once the layer drops it
+            kernel = replace_kernel_variable(
+                self,
+                shape=(columns, rows),
+                initializer="zeros",
+                dtype="int8",
                 trainable=False,
             )
-            if scale is not None:
-                self.kernel_scale.assign(scale)
-            self.int8_block_size = block_size
-        else:
-            values = ops.transpose(ops.reshape(self._kernel, (rows, columns)))
         if values is not None:
-            values = np.ascontiguousarray(ops.convert_to_numpy(values))
-        del self._kernel
-        self._kernel = self.add_weight(
-            name="kernel",
-            shape=(columns, rows),
-            initializer="zeros",
-            dtype="int8",
-            trainable=False,
-        )
-        self._tracker.lock()
-        if values is not None:
-            self._kernel.assign(values)
+            kernel.assign(values)
         self._float_kernel_shape = shape
 
     @property
@@ -290,9 +291,10 @@ class Int8Matrix:
 
     def int8_values(self):
         """The int8 kernel values in the float kernel's shape."""
+        kernel = kernel_variable(self)
         if not self.transposed_int8:
-            return self._kernel
-        return ops.reshape(ops.transpose(self._kernel), self._float_kernel_shape)
+            return kernel
+        return ops.reshape(ops.transpose(kernel), self._float_kernel_shape)
 
     def assign_int8(self, values, scale):
         """Sets the int8 kernel from `values` in the float kernel's shape
@@ -300,8 +302,9 @@ class Int8Matrix:
         # numpy: the transpose of a transposed view is the caller's own
         # contiguous array (no copy of a large head's values).
         matrix = np.reshape(np.asarray(values), self.matrix_shape())
-        self._kernel.assign(
-            matrix.T if self.transposed_int8 else matrix.reshape(self._kernel.shape)
+        kernel = kernel_variable(self)
+        kernel.assign(
+            matrix.T if self.transposed_int8 else matrix.reshape(kernel.shape)
         )
         self.kernel_scale.assign(ops.reshape(scale, self.kernel_scale.shape))
 

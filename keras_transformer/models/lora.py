@@ -29,6 +29,7 @@ import numpy as np
 from keras_transformer import _validation as validation
 from keras_transformer._compat import (
     collect_once,
+    flatten_layers,
     kernel_variable,
     merged_lora_kernel,
     unlocked,
@@ -118,7 +119,7 @@ class LoRAMixin:
     def projection_layers(self):
         """The `Dense` / `EinsumDense` layers LoRA can adapt (`targets`
         name them)."""
-        return [la for la in self._flatten_layers() if isinstance(la, LORA_LAYERS)]
+        return [la for la in flatten_layers(self) if isinstance(la, LORA_LAYERS)]
 
     def lora_layers(self):
         """`{path in the model: layer}` of the layers with LoRA enabled."""

@@ -31,7 +31,7 @@ read.
 
 import keras
 
-from keras_transformer._compat import collect_once
+from keras_transformer._compat import collect_once, flatten_layers
 from keras_transformer.layers.quantization import SUPPORTED_MODES, BlockConfig
 
 QUANTIZED_LAYERS = (
@@ -186,7 +186,7 @@ class QuantizeMixin:
         Q8_0 / Q4_0 tensors), so that its `.keras` file rebuilds them so."""
         self._quantization_float_layers = tuple(
             self._path_of(layer)
-            for layer in self._flatten_layers()
+            for layer in flatten_layers(self)
             if isinstance(layer, QUANTIZED_LAYERS)
             and getattr(layer, "quantization_mode", None) is None
         )

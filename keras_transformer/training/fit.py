@@ -1,5 +1,6 @@
 """`FitMixin`: the `fit` our models and tasks share."""
 
+from keras_transformer._compat import model_strategy
 from keras_transformer.training import distribute, multi_worker
 
 
@@ -32,7 +33,7 @@ class FitMixin:
         return super().fit(*args, **kwargs)
 
     def _multi_worker_workaround(self):
-        strategy = self._distribute_strategy
+        strategy = model_strategy(self)
         return (
             strategy is not None
             and multi_worker.in_multi_worker_mode(strategy)
@@ -43,7 +44,7 @@ class FitMixin:
         if iterator is not None and self._multi_worker_workaround():
             for _, _, batches in iterator:
                 data_batch = multi_worker.first_replica_batch(
-                    next(batches), self._distribute_strategy
+                    next(batches), model_strategy(self)
                 )
                 break
             iterator = None
