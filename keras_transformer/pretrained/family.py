@@ -47,6 +47,9 @@ class Family:
             weight table loads and saves; None: no PEFT adapters.
         peft_fan_in_fan_out: the family's PEFT `fan_in_fan_out` (GPT-2's
             Conv1D weights are `(in, out)`).
+        peft_task_type: the `task_type` of the adapters we write, which
+            picks the `PeftModel` class `PeftModel.from_pretrained` wraps
+            the base in (None: `PeftModel` itself).
     """
 
     name: str
@@ -63,3 +66,4 @@ class Family:
     tokenizers: dict = dataclasses.field(default_factory=dict)
     peft_modules: object = None
     peft_fan_in_fan_out: bool = False
+    peft_task_type: object = "CAUSAL_LM"

@@ -1,7 +1,7 @@
 """Hugging Face PEFT LoRA adapters (`adapter_config.json` +
 `adapter_model.safetensors`) <-> our LoRA (`kt.models`' `enable_lora`), for
-the families whose `Family` record names their PEFT modules (`GPT2`, and
-`Llama` for Llama, Mistral and Qwen2).
+the families whose `Family` record names their PEFT modules (GPT-2, Llama,
+Mistral, Qwen2, Gemma 3, T5, Whisper).
 
 A PEFT module `m` with matrices `lora_A` `(r, in)` and `lora_B` `(out, r)`
 adds `s * lora_B @ lora_A` to the `(out, in)` weight (`s = alpha / r`, or
@@ -16,7 +16,10 @@ the same.
 Writing, our query, key and value updates become one `c_attn` update of
 rank `n * r` (`n` of them adapted): `lora_A` stacks their `A`s, `lora_B`
 is block-diagonal; exact, with `rank_pattern` / `alpha_pattern` for
-`c_attn` when other modules are adapted too.
+`c_attn` when other modules are adapted too. A target is a module's name
+below its block index (`attn.c_proj`, `SelfAttention.q`, `fc1`), and the
+`task_type` the family's (T5: `SEQ_2_SEQ_LM`; Whisper: none, as peft's
+causal and seq2seq wrappers pass `input_ids`, which Whisper does not take).
 """
 
 import json
@@ -51,7 +54,7 @@ DEFAULTS = {
 def modules(model):
     """`{PEFT module name: [(our layer, slice of lora_B's rows or None)]}`
     of `model`, from its family's record (`pretrained/registry.py`)."""
-    return registry.peft_modules(model)[0]
+    return registry.peft_family(model).peft_modules(model)
 
 
 def _pattern_value(patterns, module, default):
@@ -61,6 +64,15 @@ def _pattern_value(patterns, module, default):
         if re.match(rf"(.*\.)?({pattern})$", module):
             return value
     return default
+
+
+def _target(module):
+    """PEFT's target of a module: its name below the block index
+    ("transformer.h.0.attn.c_proj" -> "attn.c_proj", Whisper's
+    "model.encoder.layers.0.fc1" -> "fc1")."""
+    parts = module.split(".")
+    index = max(i for i, part in enumerate(parts) if part.isdigit())
+    return ".".join(parts[index + 1 :])
 
 
 def load(model, path):
@@ -142,14 +154,23 @@ def save(model, path):
     """Writes `model`'s LoRA as a PEFT adapter folder `path`."""
     from safetensors.numpy import save_file
 
-    table = modules(model)
+    family = registry.peft_family(model)
+    table = family.peft_modules(model)
+    covered = {id(layer) for parts in table.values() for layer, _ in parts}
+    unnamed = [p for p, la in model.lora_layers().items() if id(la) not in covered]
+    if unnamed:
+        raise ValueError(
+            f"A PEFT adapter of a {type(model).__name__} has no module for "
+            f"{unnamed[:3]}; written, their updates would be lost. Received: "
+            f"LoRA on {sorted({p.rpartition('/')[2] for p in unnamed})}"
+        )
     rank, alpha = model.lora_rank, model.lora_alpha
     tensors, targets, ranks = {}, [], {}
     for module, parts in table.items():
         adapted = [(layer, rows) for layer, rows in parts if layer.lora_enabled]
         if not adapted:
             continue
-        target = ".".join(module.split(".")[-2:])  # "attn.c_proj", "mlp.up_proj"
+        target = _target(module)
         if target not in targets:
             targets.append(target)
         if parts[0][1] is None:
@@ -167,13 +188,13 @@ def save(model, path):
         tensors[f"{PREFIX}{module}.lora_B.weight"] = np.ascontiguousarray(b)
     config = {
         "peft_type": "LORA",
-        "task_type": "CAUSAL_LM",
+        "task_type": family.peft_task_type,
         "r": rank,
         "lora_alpha": alpha,
         "target_modules": targets,
         "rank_pattern": {},
         "alpha_pattern": {},
-        "fan_in_fan_out": registry.peft_modules(model)[1],
+        "fan_in_fan_out": family.peft_fan_in_fan_out,
         "bias": "none",
         "lora_dropout": 0.0,
         "use_rslora": False,

@@ -151,9 +151,9 @@ def tokenizer_for(model_type):
     return None if family is None else family.tokenizers.get(model_type)
 
 
-def peft_modules(model):
-    """`{PEFT module name: [(our layer, rows of lora_B or None)]}` of
-    `model`, and whether its family's PEFT weights are `fan_in_fan_out`;
+def peft_family(model):
+    """The `Family` record of `model`, whose PEFT fields (`peft_modules`,
+    `peft_fan_in_fan_out`, `peft_task_type`) read and write its adapters;
     a ValueError for a family without PEFT adapters."""
     family = family_of(model)
     if family is None or family.peft_modules is None:
@@ -167,7 +167,7 @@ def peft_modules(model):
             f"PEFT adapters are read and written for {' and '.join(names)} "
             f"models. Received: a {type(model).__name__}"
         )
-    return family.peft_modules(model), family.peft_fan_in_fan_out
+    return family
 
 
 # `kt.text.tokenizer_from_pretrained` reads a folder by its `model_type`

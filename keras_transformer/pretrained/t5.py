@@ -354,4 +354,5 @@ FAMILY = Family(
     required=REQUIRED,
     tokenizers={"t5": hf_t5.from_folder},
     peft_modules=peft_modules,
+    peft_task_type="SEQ_2_SEQ_LM",
 )

@@ -320,4 +320,7 @@ FAMILY = Family(
     required=REQUIRED,
     tokenizers={"whisper": hf_whisper.from_folder},
     peft_modules=peft_modules,
+    # peft's causal and seq2seq wrappers pass `input_ids`, which
+    # WhisperForConditionalGeneration does not take: the plain PeftModel.
+    peft_task_type=None,
 )

@@ -17,6 +17,7 @@ import tensorflow as tf
 from safetensors.numpy import load_file, save_file
 
 import keras_transformer as kt
+from tests.helpers import reference_import
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
 NAMES = ["t5_tiny", "flan_t5_tiny"]
@@ -292,3 +293,52 @@ def test_a_peft_adapter_gives_peft_logits_and_round_trips(tmp_path):
     again = kt.models.from_pretrained(folder("flan_t5_tiny"))
     again.load_lora(written)
     np.testing.assert_allclose(np.asarray(again(inputs))[..., 1:], logits, atol=1e-5)
+
+
+def test_our_adapter_on_every_projection_gives_peft_logits(tmp_path):
+    """Our LoRA (random A and B) on each projection PEFT names, written as a
+    PEFT folder: peft.PeftModel.from_pretrained over transformers' model of
+    the same folder gives our logits."""
+    peft = reference_import("peft")
+    torch = reference_import("torch")
+    transformers = reference_import("transformers")
+    reference = np.load(folder("flan_t5_tiny_lora_logits.npz"))
+    model = kt.models.from_pretrained(folder("flan_t5_tiny"))
+    targets = ("query", "key", "value", "attention_output", "gate", "up", "down")
+    model.enable_lora(2, targets=targets, alpha=3)
+    rng = np.random.default_rng(0)
+    for variable in model.trainable_variables:
+        variable.assign(rng.normal(size=variable.shape).astype("float32") * 0.3)
+    inputs = {
+        "encoder_token_ids": ours(reference["input_ids"]),
+        "decoder_token_ids": ours(reference["decoder_input_ids"]),
+    }
+    logits = np.asarray(model(inputs))[..., 1:]
+    written = model.save_lora(tmp_path / "adapter", format="peft")
+    with open(os.path.join(written, "adapter_config.json")) as f:
+        assert json.load(f)["task_type"] == "SEQ_2_SEQ_LM"
+    base = transformers.T5ForConditionalGeneration.from_pretrained(
+        folder("flan_t5_tiny")
+    )
+    theirs = peft.PeftModel.from_pretrained(base, written).eval()
+    with torch.no_grad():
+        peft_logits = theirs(
+            input_ids=torch.tensor(reference["input_ids"]),
+            decoder_input_ids=torch.tensor(reference["decoder_input_ids"]),
+        ).logits.numpy()
+        with theirs.disable_adapter():
+            base_logits = theirs(
+                input_ids=torch.tensor(reference["input_ids"]),
+                decoder_input_ids=torch.tensor(reference["decoder_input_ids"]),
+            ).logits.numpy()
+    assert np.abs(base_logits - peft_logits).max() > 0.05  # the adapter counts
+    np.testing.assert_allclose(logits, peft_logits, atol=ATOL)  # measured 2.3e-5
+
+
+def test_a_peft_adapter_of_a_layer_peft_does_not_name_is_refused(tmp_path):
+    """flan_t5_tiny's untied head has no module in our PEFT table: writing
+    its update would lose it silently."""
+    model = kt.models.from_pretrained(folder("flan_t5_tiny"))
+    model.enable_lora(1, targets=("query", "lm_head"))
+    with pytest.raises(ValueError, match=r"no module for \['lm_head'\]"):
+        model.save_lora(tmp_path / "adapter", format="peft")

@@ -259,6 +259,41 @@ def test_a_peft_adapter_gives_peft_logits_and_round_trips(tmp_path):
     np.testing.assert_allclose(np.asarray(again(inputs)), logits, atol=1e-5)
 
 
+def test_our_adapter_on_every_projection_gives_peft_logits(tmp_path):
+    """Our LoRA (random A and B) on each projection PEFT names, written as a
+    PEFT folder: peft.PeftModel.from_pretrained over transformers' model of
+    the same folder gives our logits (an adapter written with a causal or
+    seq2seq `task_type` fails there: peft passes Whisper `input_ids`)."""
+    peft = reference_import("peft")
+    torch = reference_import("torch")
+    transformers = reference_import("transformers")
+    reference = np.load(os.path.join(HF, "whisper_tiny_random_lora_logits.npz"))
+    model = kt.models.from_pretrained(FOLDER)
+    targets = sorted({layer.name for layer in model.projection_layers()})
+    model.enable_lora(2, targets=targets, alpha=3)
+    rng = np.random.default_rng(0)
+    for variable in model.trainable_variables:
+        variable.assign(rng.normal(size=variable.shape).astype("float32") * 0.1)
+    inputs = {
+        "encoder_features": features()[:1],
+        "decoder_token_ids": reference["decoder_input_ids"] + 1,
+    }
+    logits = np.asarray(model(inputs))[..., 1:]
+    written = model.save_lora(tmp_path / "adapter", format="peft")
+    base = transformers.WhisperForConditionalGeneration.from_pretrained(FOLDER)
+    theirs = peft.PeftModel.from_pretrained(base, written).eval()
+    arguments = {
+        "input_features": torch.tensor(features()[:1].transpose(0, 2, 1)),
+        "decoder_input_ids": torch.tensor(reference["decoder_input_ids"]),
+    }
+    with torch.no_grad():
+        peft_logits = theirs(**arguments).logits.numpy()
+        with theirs.disable_adapter():
+            base_logits = theirs(**arguments).logits.numpy()
+    assert np.abs(base_logits - peft_logits).max() > 0.05  # the adapter counts
+    np.testing.assert_allclose(logits, peft_logits, atol=LOGITS_ATOL)  # 1.3e-4
+
+
 SEQUENCES = [
     [50364, 2425, 1002, 50389, 50389, 1002, 13, 50414],  # two pairs, closed
     [50364, 2425, 50389, 50390, 1002, 50400, 50401, 7, 8],  # open at the end
