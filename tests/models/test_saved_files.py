@@ -43,12 +43,23 @@ FAMILY_FILES = os.path.join(FIXTURES, "family_files")
         "bart", "seq2seq", "vit",
     ],
 )  # fmt: skip
-def test_files_saved_before_the_families_were_recomposed_give_the_same_bits(name):
+def test_files_saved_before_the_families_were_recomposed_give_the_same_outputs(name):
     # One file per family configuration, saved by commit c313be3 (before
     # issue #44 recomposed attention, blocks and the decoding protocol; see
-    # tests/fixtures/make_family_files.py): outputs equal bit for bit.
+    # tests/fixtures/make_family_files.py). The padding id's -1e9 logit is a
+    # constant: equal bit for bit. The rest is the same float32 computation,
+    # but another CPU's kernels (AVX2 or AVX-512, oneDNN or Eigen) add in
+    # another order: equal within 16 float32 units in the last place of the
+    # largest output (|outputs| <= 1.33, so 2.4e-6 at most: 8x the 2 units,
+    # 2.4e-7, an AVX2 EPYC moved them by; 10x a layer norm's epsilon moves
+    # them by 2.8e-5 to 2.2e-4).
     from tests.fixtures.make_family_files import inputs as family_inputs
 
     expected = np.load(os.path.join(FAMILY_FILES, "outputs.npz"))[name]
     model = keras.saving.load_model(os.path.join(FAMILY_FILES, f"{name}.keras"))
-    np.testing.assert_array_equal(to_numpy(model(family_inputs()[name])), expected)
+    actual = to_numpy(model(family_inputs()[name]))
+    if expected.ndim == 3:  # token logits: the padding id's first
+        np.testing.assert_array_equal(actual[..., 0], expected[..., 0])
+        actual, expected = actual[..., 1:], expected[..., 1:]
+    ulp = np.spacing(np.abs(expected).max())
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=16 * ulp)
