@@ -19,6 +19,18 @@ kt.generation.generate(model, np.array([[3, 4]]), max_new_tokens=2)
 """
 
 
+# TensorFlow's own report of its persistent XLA cache, at VLOG level 1 of
+# tensorflow/compiler/jit/device_executable_persistor.h: one line per entry
+# it compiles and writes, one per entry it reads back and loads instead of
+# compiling. A disabled cache writes neither ("Not persisting executable").
+LOGGING = {
+    "TF_CPP_MIN_LOG_LEVEL": "0",
+    "TF_CPP_VMODULE": "device_executable_persistor=1",
+}
+SAVED = "Serializing and saving cache entry: "
+LOADED = "Loading cached entry for: "
+
+
 def cached_files(folder):
     """`{name: (mtime, bytes)}` of the compiled code in `folder`."""
     found = {}
@@ -29,20 +41,29 @@ def cached_files(folder):
     return found
 
 
-def test_a_second_process_reads_the_compiled_code_the_first_wrote(tmp_path):
-    environment = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "TF_XLA_FLAGS": ""}
+def decode_in_a_new_process(directory):
+    """`(entries saved, entries loaded)`, as TensorFlow logs them."""
+    environment = {**os.environ, **LOGGING, "TF_XLA_FLAGS": ""}
+    log = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(directory)],
+        env=environment,
+        check=True,
+        timeout=300,
+        capture_output=True,
+        text=True,
+    ).stderr
+    return log.count(SAVED), log.count(LOADED)
+
+
+def test_a_second_process_loads_the_compiled_code_the_first_wrote(tmp_path):
     folder = tmp_path / tf.__version__
-    for _ in range(2):
-        subprocess.run(
-            [sys.executable, "-c", SCRIPT, str(tmp_path)],
-            env=environment,
-            check=True,
-            timeout=300,
-        )
-        if _ == 0:
-            written = cached_files(folder)
-    assert written  # the first process compiled and kept its code
-    assert cached_files(folder) == written  # the second read it, wrote nothing
+    saved, loaded = decode_in_a_new_process(tmp_path)
+    written = cached_files(folder)
+    # The first process compiled each function and kept it, one file each.
+    assert (saved, loaded) == (len(written), 0) and saved > 0
+    # The second loaded every entry from the folder and compiled none.
+    assert decode_in_a_new_process(tmp_path) == (0, saved)
+    assert cached_files(folder) == written
 
 
 def test_bad_directories_are_refused(tmp_path):
