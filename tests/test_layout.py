@@ -174,15 +174,77 @@ def test_no_module_is_too_long():
 
 # Dispatch on a model class or a `model_type` string (issue #44's check):
 # a family's identity is its `Family` record, asked through the registry.
-DISPATCH = re.compile(r"isinstance\([^)]*(GPT2|BERT|Llama|Seq2Seq|ViT)\b|model_type ==")
+# Every model class `kt.models` exports counts, except the decoding
+# protocols, which code asks about (`isinstance(model, CausalLM)`).
+PROTOCOLS = {"CausalLM", "Seq2SeqLM"}
+
+
+def model_classes():
+    """`{class name: the modules that may name it}`: every model class of
+    `kt.models` and its family's own modules, the one defining it and the
+    checkpoint module whose `FAMILY` lists a class of that module (BERT's
+    heads in pretrained/bert.py)."""
+    import inspect
+
+    import keras
+
+    import keras_transformer as kt
+    from keras_transformer.pretrained.registry import FAMILIES
+
+    owners = collections.defaultdict(set)  # models module -> pretrained module
+    for family in FAMILIES:
+        for cls in family.classes:
+            owners[cls.__module__].add(family.load.__module__)
+    return {
+        name: {cls.__module__, *owners[cls.__module__]}
+        for name, cls in vars(kt.models).items()
+        if inspect.isclass(cls)
+        and issubclass(cls, keras.Model)
+        and name not in PROTOCOLS
+    }
+
+
+def dispatch(classes):
+    """A regex of `isinstance` / `issubclass` / `type(x) is` on any of
+    `classes`, `__name__ ==` one of their names, or `model_type ==`."""
+    names = "|".join(sorted(classes, key=len, reverse=True))
+    return re.compile(
+        rf"(?:isinstance|issubclass)\([^)]*\b(?:{names})\b[^)]*"  # all named
+        rf"|\btype\([^)]*\)\s*(?:is|==)\s*(?:\w+\.)*(?:{names})\b"
+        rf"|__name__\s*==\s*[\"'](?:{names})[\"']"
+        r"|model_type[\"']?\]?\s*=="
+    )
+
+
+def test_the_dispatch_check_knows_every_family():
+    classes = model_classes()
+    assert {"GPT2", "BERT", "Llama", "Gemma3", "Seq2Seq", "T5", "ViT"} < set(classes)
+    assert {"Whisper", "BERTMaskedLM", "BERTClassifier"} < set(classes)
+    pattern = dispatch(classes)
+    for line in [
+        "if isinstance(model, T5):",
+        "if isinstance(model, (kt.models.Llama, Whisper)):",
+        "if isinstance(model, Seq2Seq | Gemma3):",
+        "if type(model) is models.Whisper:",
+        'if type(model).__name__ == "T5":',
+        'if config["model_type"] == "t5":',
+    ]:
+        assert pattern.search(line), line
+    assert not pattern.search("if isinstance(model, CausalLM | Seq2SeqLM):")
 
 
 def test_nothing_dispatches_on_a_model_class_or_model_type():
-    found = [
-        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
-        for name, path in modules().items()
-        if name != "keras_transformer.pretrained.registry"
-        for number, line in enumerate(path.read_text().splitlines(), 1)
-        if DISPATCH.search(line)
-    ]
+    classes = model_classes()
+    pattern = dispatch(classes)
+    found = []
+    for name, path in modules().items():
+        if name == "keras_transformer.pretrained.registry":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for match in pattern.finditer(line):
+                named = [n for n in re.findall(r"\w+", match[0]) if n in classes]
+                if not named or any(name not in classes[n] for n in named):
+                    found.append(
+                        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+                    )
     assert found == []
