@@ -27,6 +27,10 @@ from keras_transformer.text.whisper_tokenizer import TASKS, WhisperTokenizer
 RATE = 16000  # Whisper's sampling rate
 WINDOW = 480000  # samples of 30 s at 16 kHz: what Whisper reads at once
 HOP = 160  # samples per log-mel frame
+# Each channel's weight in a stereo file's mix: transformers' pipeline reads
+# files with ffmpeg (`-ac 1`, float output), which mixes two channels as
+# (left + right) / sqrt(2) (as `kt.tasks.audio` does).
+STEREO_WEIGHT = 0.5**0.5
 
 
 def check_pair(model, tokenizer):
@@ -121,11 +125,12 @@ def export_speech_recognizer(
     tokenizer (`kt.tasks.SpeechRecognizer.export` calls it).
 
     Its signature `transcribe` (also `serving_default`) takes `audio`, a
-    `(B,)` string tensor of WAV files' bytes (16 kHz, 16-bit PCM; several
-    channels are averaged), and returns `{"text": (B,) strings}`: what
-    `SpeechRecognizer.transcribe(...)` gives (greedy) for audio of at most
-    30 s (longer audio is cut to its first 30 s). A file at another rate
-    fails the call with an `InvalidArgumentError` naming the rate.
+    `(B,)` string tensor of WAV files' bytes (16 kHz, 16-bit PCM, one or
+    two channels, mixed as `SpeechRecognizer` mixes them), and returns
+    `{"text": (B,) strings}`: what `SpeechRecognizer.transcribe(...)`
+    gives (greedy) for audio of at most 30 s (longer audio is cut to its
+    first 30 s). A file at another rate, or of more channels, fails the
+    call with an `InvalidArgumentError`.
 
     Args:
         model: a `kt.models.Whisper`.
@@ -184,7 +189,13 @@ def export_speech_recognizer(
         tf.debugging.assert_equal(
             rate, RATE, message="`audio` must be WAV files sampled at 16000 Hz"
         )
-        mono = tf.reduce_mean(wav, axis=1)[:WINDOW]
+        channels = tf.shape(wav)[1]
+        tf.debugging.assert_less_equal(
+            channels, 2, message="`audio` must be WAV files of one or two channels"
+        )
+        # Two channels mixed as transformers' pipeline (ffmpeg) mixes them.
+        weight = tf.where(channels == 2, STEREO_WEIGHT, 1.0)
+        mono = tf.reduce_sum(wav * weight, axis=1)[:WINDOW]
         return tf.pad(mono, [[0, WINDOW - tf.shape(mono)[0]]])
 
     def run(audio):

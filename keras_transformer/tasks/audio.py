@@ -6,8 +6,11 @@ work is done.
 WAV files (integer PCM) are read with the standard library; FLAC and
 other formats with `soundfile` (the `audio` extra:
 `pip install "keras-transformer[audio]"`), when it is installed.
-Several channels are averaged to one, as transformers' pipeline does
-(ffmpeg's `-ac 1`). Audio at another rate is refused: resample it first.
+Two channels are mixed to one as transformers' pipeline mixes a file
+(ffmpeg's `-ac 1` with float output): `(left + right) / sqrt(2)`, not
+their mean. A file of more channels is refused: ffmpeg's weights for those
+depend on the layout it guesses (of a three-channel WAV it drops the
+third). Audio at another rate is refused: resample it first.
 """
 
 import io
@@ -18,6 +21,7 @@ import numpy as np
 
 RATE = 16000  # Whisper's sampling rate
 MAGIC = {b"RIFF": "WAV", b"fLaC": "FLAC", b"OggS": "Ogg", b"ID3": "MP3"}
+STEREO_WEIGHT = np.float32(np.sqrt(0.5))  # ffmpeg's weight of each channel
 
 
 def is_single(audio):
@@ -93,7 +97,7 @@ def _decode(data, described, sampling_rate, rate):
         except (wave.Error, EOFError):  # float WAV and other encodings
             samples, file_rate = _soundfile(data, described, "this WAV encoding")
         else:
-            samples = _pcm(frames, width, channels)
+            samples = _pcm(frames, width).reshape(-1, channels)
     elif kind is not None:
         samples, file_rate = _soundfile(data, described, kind)
     else:
@@ -113,11 +117,26 @@ def _decode(data, described, sampling_rate, rate):
             f"`{described}` must be sampled at {rate} Hz (resample it first). "
             f"Received: a file at {file_rate} Hz"
         )
-    return _check_samples(name, samples)
+    return _check_samples(name, _mono(samples, described))
 
 
-def _pcm(frames, width, channels):
-    """Integer PCM frames -> mono float32 in [-1, 1)."""
+def _mono(samples, described):
+    """`(N, channels)` float32 samples of a file -> `(N,)`, mixed as
+    transformers' pipeline mixes them (see the module docstring)."""
+    channels = samples.shape[1]
+    if channels > 2:
+        raise ValueError(
+            f"`{described}` must have one or two channels (mix more to one "
+            f"first). Received: {channels} channels"
+        )
+    if channels == 1:
+        return samples[:, 0]
+    return samples[:, 0] * STEREO_WEIGHT + samples[:, 1] * STEREO_WEIGHT
+
+
+def _pcm(frames, width):
+    """Integer PCM frames -> float32 samples in [-1, 1), channels
+    interleaved."""
     if width == 1:  # unsigned 8-bit
         values = (np.frombuffer(frames, "u1").astype("float32") - 128) / 128
     elif width == 3:  # 24-bit little-endian
@@ -126,8 +145,7 @@ def _pcm(frames, width, channels):
     else:
         values = np.frombuffer(frames, f"<i{width}").astype("float64")
         values = values / 2.0 ** (8 * width - 1)
-    values = np.asarray(values, "float32").reshape(-1, channels)
-    return values.mean(axis=1) if channels > 1 else values[:, 0]
+    return np.asarray(values, "float32")
 
 
 def _soundfile(data, described, kind):
@@ -142,6 +160,4 @@ def _soundfile(data, described, kind):
         samples, file_rate = soundfile.read(io.BytesIO(data), dtype="float32")
     except Exception as error:  # soundfile raises its own LibsndfileError
         raise ValueError(f"`{described}` could not be read as audio: {error}") from None
-    if samples.ndim == 2:
-        samples = samples.mean(axis=1)
-    return np.asarray(samples, "float32"), int(file_rate)
+    return np.asarray(samples, "float32").reshape(len(samples), -1), int(file_rate)

@@ -2,7 +2,8 @@
 random Whisper fixture and the espeak-ng WAVs, references made by
 tests/fixtures/hf/make_whisper_fixtures.py: greedy, 12 new tokens, a forced
 or a detected language, with and without timestamps), every input form,
-long audio, what is refused, `.keras` and the WAV-bytes SavedModel."""
+two channels, long audio, what is refused, cached decoding, `.keras` and
+the WAV-bytes SavedModel (served by TensorFlow alone)."""
 
 import io
 import json
@@ -11,9 +12,9 @@ import wave
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import keras_transformer as kt
+from tests.helpers import run_export_test
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
 AUDIO = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "audio")
@@ -35,6 +36,26 @@ def samples(path):
     with wave.open(path, "rb") as f:
         data = f.readframes(f.getnframes())
     return np.frombuffer(data, "<i2").astype("float32") / 32768
+
+
+def wav_bytes(*channels):
+    """A 16 kHz 16-bit PCM WAV file of float channels `(N,)` each."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as w:
+        w.setnchannels(len(channels))
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(np.round(np.stack(channels, 1) * 32768).astype("<i2").tobytes())
+    return buffer.getvalue()
+
+
+def stereo():
+    """A file of speech on the left and silence on the right, and its mix
+    as transformers' pipeline reads it: ffmpeg (`-ac 1`, float output, as
+    its `ffmpeg_read`) gives (left + right) * sqrt(1/2), not their mean
+    (measured with ffmpeg 9: equal to the float)."""
+    speech = samples(CLIPS[0])
+    return wav_bytes(speech, np.zeros_like(speech)), speech * np.float32(0.5**0.5)
 
 
 @pytest.mark.parametrize(
@@ -83,15 +104,21 @@ def test_every_input_form_gives_the_same_text(recognizer):
     forms = [path, data, audio, {"array": audio, "sampling_rate": 16000}, flac]
     texts = [recognizer(form, language="en", max_new_tokens=6) for form in forms]
     assert len(set(texts)) == 1 and texts[0]
-    # Two channels are averaged: the same speech in both gives the same text.
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as w:
-        w.setnchannels(2)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        pcm = np.round(audio * 32768).astype("<i2")
-        w.writeframes(np.stack([pcm, pcm], axis=1).tobytes())
-    assert recognizer(buffer.getvalue(), language="en", max_new_tokens=6) == texts[0]
+
+
+def test_two_channels_are_mixed_as_transformers_pipeline_mixes_them(recognizer):
+    data, mix = stereo()
+    frames = recognizer.log_mel(data)
+    np.testing.assert_array_equal(frames, recognizer.log_mel(mix))
+    speech = samples(CLIPS[0])
+    others = [speech, speech / 2]  # the left channel alone; the mean
+    for other in others:
+        assert np.abs(recognizer.log_mel(other) - frames).max() > 0.05
+    text = recognizer.transcribe(data, max_new_tokens=12)
+    assert text == recognizer.transcribe(mix, max_new_tokens=12)
+    assert text not in recognizer.transcribe(others, max_new_tokens=12)
+    with pytest.raises(ValueError, match="Received: 3 channels"):
+        recognizer.transcribe(wav_bytes(speech, speech, speech))
 
 
 def test_long_audio_is_cut_into_30_second_windows(recognizer):
@@ -132,10 +159,35 @@ def test_bad_audio_is_refused_by_name(recognizer, audio, options, error, match):
         recognizer.transcribe(audio, **options)
 
 
+def test_cached_decoding_equals_uncached(recognizer):
+    """The self- and cross-attention caches give the logits of the whole
+    prefix recomputed, step by step, and the same tokens."""
+    model = recognizer.model
+    frames = np.concatenate([recognizer.log_mel(clip) for clip in CLIPS[:2]])
+    english = recognizer.tokenizer.token_to_id("<|en|>")
+    prompt = np.array([recognizer.prompt_ids(english)] * 2)
+    inputs = {"encoder_features": frames, "decoder_token_ids": prompt}
+    tokens = kt.generation.generate(model, inputs, max_new_tokens=6)
+    uncached = kt.generation.generate(model, inputs, 6, use_cache=False)
+    np.testing.assert_array_equal(tokens, uncached)
+    assert len(np.unique(tokens[:, prompt.shape[1] :])) > 2  # not one token
+    source = model.pad_source(frames, 0)
+    cached_state = model.start_decoding(
+        tokens, source, use_cache=True, prefill=len(prompt[0])
+    )
+    state = model.start_decoding(tokens, source, use_cache=False)
+    for index in range(prompt.shape[1], tokens.shape[1]):
+        cached, cached_state = model.next_logits(tokens, cached_state, index, True)
+        logits, state = model.next_logits(tokens, state, index, False)
+        np.testing.assert_allclose(cached, logits, rtol=1e-5, atol=1e-4)
+        np.testing.assert_array_equal(np.argmax(logits, -1), tokens[:, index])
+
+
 def test_keras_file_and_the_wav_bytes_savedmodel(recognizer, tmp_path):
     """The `.keras` file gives the same logits, model and tokenizer; the
-    SavedModel (WAV bytes in, the language detected in the graph) gives
-    transformers' texts."""
+    SavedModel (WAV bytes in, the language detected in the graph), served
+    by TensorFlow alone, gives transformers' texts, and a stereo file's
+    text is the task's for the same file."""
     expected = reference()["greedy_detect_language"]["text"]
     path = recognizer.save(str(tmp_path / "asr.keras"))
     loaded = kt.tasks.load(path)
@@ -146,13 +198,23 @@ def test_keras_file_and_the_wav_bytes_savedmodel(recognizer, tmp_path):
     assert loaded.model.get_config() == recognizer.model.get_config()
     assert loaded.tokenizer.get_config() == recognizer.tokenizer.get_config()
     exported = recognizer.export(str(tmp_path / "asr"), max_new_tokens=12)
-    served = tf.saved_model.load(exported)
     wavs = []
     for clip in CLIPS:
         with open(clip, "rb") as f:
             wavs.append(f.read())
-    texts = served.transcribe(tf.constant(wavs))["text"].numpy()
-    assert [t.decode() for t in texts] == expected
+    data, mix = stereo()
+    left = recognizer.transcribe(samples(CLIPS[0]), max_new_tokens=12)
+    mixed = recognizer.transcribe(mix, max_new_tokens=12)
+    assert mixed != left  # the left channel alone would give another text
+    requests = [("transcribe", {"audio": [*wavs, data]})]
+    _, (served,) = run_export_test(exported, requests, tmp_path)
+    assert [t.decode() for t in served["text"]] == [*expected, mixed]
     with open(os.path.join(AUDIO, "speech_8k.wav"), "rb") as f:
-        with pytest.raises(tf.errors.InvalidArgumentError, match="16000 Hz"):
-            served.transcribe(tf.constant([f.read()]))
+        eight_khz = f.read()
+    speech = samples(CLIPS[0])
+    for audio, match in [
+        (eight_khz, "sampled at 16000 Hz"),
+        (wav_bytes(speech, speech, speech), "one or two channels"),
+    ]:
+        with pytest.raises(AssertionError, match=match):  # the server's error
+            run_export_test(exported, [("transcribe", {"audio": [audio]})], tmp_path)
