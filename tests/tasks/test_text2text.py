@@ -1,9 +1,10 @@
 """T5 through the tasks: `kt.tasks.from_pretrained` gives a `Text2Text`
 whose text equals transformers' (FLAN-style, greedy); `Summarizer` and
 `Translator` read t5's `task_specific_params` (prefix and beam settings)
-and their text equals transformers' summarization; the SavedModel and the
-`.keras` file give the same text; `<unk>` and ids past the tokenizer are
-not written (as transformers' decode); `fit` trains on string pairs."""
+and their text equals transformers' summarization; the SavedModels (one
+served by TensorFlow alone) and the `.keras` file give the same text;
+`<unk>` and ids past the tokenizer are not written (as transformers'
+decode); `fit` trains on string pairs."""
 
 import json
 import os
@@ -13,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from tests.helpers import run_export_test
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
 
@@ -109,8 +111,9 @@ def test_translator_reads_a_translation_entry(summarizer):
 
 
 def test_text2text_export_and_fit(flan, tmp_path):
-    """The SavedModel's text is the task's and transformers' (its first
-    token forced past the tokenizer: dropped in the graph too)."""
+    """The SavedModel, served by TensorFlow alone, gives the task's and
+    transformers' text (its first token forced past the tokenizer: dropped
+    in the graph too)."""
     task = flan  # its decode loop compiled by the test above: reused
     case = forced_first("flan_t5_tiny", "past")
     prompts = case["prompts"]
@@ -120,11 +123,8 @@ def test_text2text_export_and_fit(flan, tmp_path):
     path = task.export(
         str(tmp_path / "export"), max_new_tokens=12, generation_config=settings
     )
-    import tensorflow_text  # noqa: F401
-
-    served = tf.saved_model.load(path).signatures["generate"]
-    texts = served(texts=tf.constant(prompts))["text"].numpy()
-    assert [t.decode() for t in texts] == expected == case["text"]
+    _, (served,) = run_export_test(path, [("generate", {"texts": prompts})], tmp_path)
+    assert [t.decode() for t in served["text"]] == expected == case["text"]
     before = [np.asarray(w).copy() for w in task.model.trainable_weights[:3]]
     pairs = [("Who is Titus?", "a Roman"), ("Who is Lartius?", "a Roman")] * 4
     history = task.fit(pairs, batch_size=4, epochs=2, verbose=0)
