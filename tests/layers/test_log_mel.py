@@ -2,7 +2,8 @@
 (its torch path, float32) within 1e-4 on real speech: espeak-ng sentences
 at 16 kHz, committed with transformers' features by
 tests/fixtures/audio/make_whisper_fixtures.py. Our Slaney filters equal
-its `mel_filters`."""
+its `mel_filters`. Audio past 30 s: against the extractor itself, run
+here (transformers and torch are test dependencies)."""
 
 import json
 import os
@@ -13,6 +14,7 @@ import pytest
 
 import keras_transformer as kt
 from keras_transformer.layers.log_mel import slaney_mel_filters
+from tests.helpers import reference_import
 
 AUDIO = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "audio")
 # Measured 3.5e-5 at most (the largest near each clip's max - 8 floor, where
@@ -68,13 +70,22 @@ def test_features_of_speech_equal_transformers(reference):
     )
 
 
-def test_audio_past_30_seconds_is_cut():
-    rng = np.random.default_rng(0)
-    audio = rng.normal(0, 0.1, 16000 * 31).astype("float32")
-    front = kt.layers.LogMelSpectrogram()
-    np.testing.assert_array_equal(
-        np.asarray(front(audio)), np.asarray(front(audio[: 16000 * 30]))
+def test_audio_past_30_seconds_is_cut_as_transformers_cuts_it():
+    transformers = reference_import("transformers")
+    # 33 s of speech (the clips over and over), the last 3 s four times
+    # louder: features of the whole would clamp at another floor (max - 8)
+    # and the last frames would see samples past the cut (0.58 apart).
+    # Measured 4.4e-5, within the file's ATOL.
+    audio = np.resize(
+        np.concatenate([read_wav(f"speech_{i}.wav") for i in range(3)]), 16000 * 33
     )
+    audio[16000 * 30 :] *= 4
+    extractor = transformers.WhisperFeatureExtractor()  # its torch path
+    (expected,) = extractor(audio, sampling_rate=16000, return_tensors="np")[
+        "input_features"
+    ]
+    features = np.asarray(kt.layers.LogMelSpectrogram()(audio))  # (3000, 80)
+    np.testing.assert_allclose(features.T, expected, atol=ATOL)
 
 
 @pytest.mark.parametrize(
