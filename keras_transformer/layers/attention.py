@@ -54,7 +54,7 @@ def scaled_dot_product_attention(query, key, value, mask=None):
     # `layers/grouped.py`); the weights are rounded to the values' dtype.
     scores = ops.matmul(query, ops.swapaxes(key, -1, -2)) / ops.sqrt(depth)
     weights = ops.cast(masked_softmax(scores, mask), value.dtype)
-    return ops.matmul(weights, value), weights
+    return quantization.product(weights, value), weights
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -26,6 +26,7 @@ precision".
 from keras import ops
 
 from keras_transformer.layers.masking import masked_softmax
+from keras_transformer.layers.products import product
 
 
 def attend(q, k, v, mask, dropout, training=None, bias=None):
@@ -53,7 +54,7 @@ def attend(q, k, v, mask, dropout, training=None, bias=None):
     dropped = ops.reshape(
         dropout(probs, training=training), (batch, kv_heads, groups, length, keys)
     )
-    output = ops.einsum("bkgts,bskd->btkgd", dropped, v)
+    output = product(dropped, v, "bkgts,bskd->btkgd")
     return ops.reshape(output, (batch, length, heads, v.shape[-1])), probs
 
 
@@ -89,7 +90,7 @@ def _attend_one(q, k, v, mask, bias, dropout, training):
     probs = ops.cast(biased_softmax(scores, mask, bias), v.dtype)
     dropped = dropout(probs, training=training)
     weights = ops.reshape(dropped, (batch, kv_heads, groups, -1))  # (B, K, G, S)
-    output = ops.einsum("bkgs,bskd->bkgd", weights, v)  # (B, K, G, D_v)
+    output = product(weights, v, "bkgs,bskd->bkgd")  # (B, K, G, D_v)
     return ops.reshape(output, (batch, 1, heads, v.shape[-1])), probs
 
 

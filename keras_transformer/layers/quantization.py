@@ -46,6 +46,7 @@ from keras_transformer.layers.int8_blocks import (  # noqa: F401 (re-exported)
     block_scales,
     quantize_blocks,
 )
+from keras_transformer.layers.products import in_place, product
 
 SUPPORTED_MODES = ("int8",)
 
@@ -97,31 +98,10 @@ def kernel_matrix(layer, rows):
     return Matrix(ops.reshape(kernel, (rows, -1)), scale, lora)
 
 
-def _in_place(values, x):
-    """int8 `values` and the input `x` of their product, unchanged: `values
-    + 0` and `x / 1`, the zero and the one computed from `x` (XLA cannot
-    fold them away).
-
-    In a compiled decoding loop the weights are loop invariants, so XLA
-    would hoist `cast(values)` out of the loop and carry a float32 copy
-    of every kernel, four times the bytes read at each step. Tied to the
-    step's input, the cast stays in the product, which reads the int8
-    bytes (`kernel_matrix`'s transposed layout).
-
-    XLA on the CPU computes such a matrix-vector product as one fused
-    loop, and it would also fuse the work that makes `x` (a layer norm, a
-    GELU) into it, redoing that work for every output row. A division is
-    never fused into a consumer that reads its elements many times, so
-    `x / 1` makes XLA compute `x` once."""
-    nan = ops.isnan(ops.sum(x[:1, :1]))
-    zero = ops.minimum(ops.cast(nan, "int8"), ops.zeros((), "int8"))
-    return values + zero, x / (1 - ops.cast(zero, x.dtype))
-
-
 def _product(x, matrix):
     """`x` `(N, rows)` times one `Matrix`'s weight (without LoRA)."""
     if matrix.transposed:  # a dot product per contiguous row
-        values, x = _in_place(matrix.values, x)
+        values, x = in_place(matrix.values, x)
         weights = ops.cast(values, x.dtype)
         if len(matrix.scale.shape) == 1:
             y = ops.einsum("nr,cr->nc", x, weights)
@@ -139,7 +119,7 @@ def _product(x, matrix):
         )
         y = ops.einsum("nr,cr->nc", x, weights * ops.cast(ratios, x.dtype))
         return y / ops.cast(column, x.dtype)
-    y = ops.matmul(x, ops.cast(matrix.values, x.dtype))
+    y = product(x, ops.cast(matrix.values, x.dtype))
     return y if matrix.scale is None else y / ops.cast(matrix.scale, x.dtype)
 
 
@@ -168,8 +148,8 @@ def matmul(x, matrices):
             updates.append(ops.zeros((ops.shape(x)[0], matrix.columns), x.dtype))
         else:
             a, b, factor = matrix.lora
-            low = ops.matmul(x, ops.cast(a, x.dtype))
-            updates.append(ops.matmul(low, ops.cast(b, x.dtype)) * factor)
+            low = product(x, ops.cast(a, x.dtype))
+            updates.append(product(low, ops.cast(b, x.dtype)) * factor)
     return y + (updates[0] if len(updates) == 1 else ops.concatenate(updates, axis=1))
 
 
@@ -344,6 +324,18 @@ class Int8Matrix:
             store["0"] = np.ascontiguousarray(matrix.T)
         super().load_own_variables(store)
 
+    def call(self, inputs, training=None):
+        """Keras' `Dense` / `EinsumDense` call, its product summed in
+        float32 in half precision (`product`)."""
+        if self.quantization_mode is not None:
+            return super().call(inputs, training=training)
+        x = product(inputs, self.kernel, getattr(self, "equation", None))
+        if self.bias is not None:
+            x = ops.add(x, self.bias)
+        if self.activation is not None:
+            x = self.activation(x)
+        return x
+
     def _int8_call(self, inputs, training=None):
         if not self.transposed_int8:
             return super()._int8_call(inputs, training=training)
@@ -406,10 +398,10 @@ def embedding_logits(x, embedding):
     `Embedding`, in `x`'s dtype: `(..., V)` (a tied output head)."""
     table = embedding.embeddings
     if check_mode(embedding) is None:
-        return ops.matmul(x, ops.transpose(ops.cast(table, x.dtype)))
+        return product(x, ops.transpose(ops.cast(table, x.dtype)))
     # The table is `(V, E)`: a dot product per contiguous int8 row.
     rows = ops.reshape(x, (-1, x.shape[-1]))
-    table, rows = _in_place(table, rows)
+    table, rows = in_place(table, rows)
     table = ops.cast(table, x.dtype)
     y = ops.einsum("nr,cr->nc", rows, table) / ops.cast(
         embedding.embeddings_scale, x.dtype

@@ -24,6 +24,7 @@ from keras_transformer.layers import (
     TransformerDecoderBlock,
     TransformerEncoderBlock,
     exclude_padding_logit,
+    products,
     quantization,
 )
 from keras_transformer.models.base import (
@@ -199,12 +200,12 @@ class Whisper(ModelMixin, Seq2SeqLM):
         check_config(config)
         # === Layers ===
         kernels = normal_initializer(0.02)
-        self.conv1 = keras.layers.Conv1D(
+        self.conv1 = products.Conv1D(
             hidden_dim, 3, padding="same", kernel_initializer=kernels, name="conv1"
         )
         # torch pads one frame on each side; Keras' "same" would pad the
         # right only at stride 2: pad by hand, then "valid".
-        self.conv2 = keras.layers.Conv1D(
+        self.conv2 = products.Conv1D(
             hidden_dim, 3, strides=2, kernel_initializer=kernels, name="conv2"
         )
         self.encoder_position_embedding = AddedPositions(

@@ -15,9 +15,17 @@ largest |float32 logit|. transformers' errors and ours, on this fixture
     t5 overflow bf16    6.25%  ours 6.82%
     t5 overflow fp16    0.68%  ours 0.80%  (NaN)
 
-The bound is 1.25x transformers' error, except Whisper's 1.5x: its
+Ours are the same with TensorFlow's Eigen kernels, which CPUs without
+AVX-512 BF16 run (`ONEDNN_MAX_CPU_ISA=AVX2 TF_ENABLE_ONEDNN_OPTS=0`), but
+for Whisper bfloat16's 13.5%: the products sum in float32 on every CPU
+(`kt.layers.products`; before #55 Eigen's bfloat16 sums gave Whisper 28%,
+Qwen2 2.6% and the overflow case 9.6%).
+
+The bound is 1.25x transformers' error, except Whisper's 1.6x: its
 projections add their biases after rounding the product (transformers adds
-them inside it), which the attention's float32 scores do not change.
+them inside it), 1.38x here and 1.52x with Eigen's kernels. It still fails
+a 10% attention temperature (the decoder's query kernels x 0.9: 19.2%,
+2.2x) and a zeroed encoder-norm beta (22.7%, 2.6x).
 """
 
 import json
@@ -63,7 +71,7 @@ def t5(model):
 
 CASES = {
     "qwen2_tiny_bf16": (qwen2, 1.25),
-    "whisper_tiny_random": (whisper, 1.5),
+    "whisper_tiny_random": (whisper, 1.6),
     "flan_t5_tiny": (t5, 1.25),
     "t5_float16_overflow": (t5, 1.25),
 }

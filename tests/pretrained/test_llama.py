@@ -266,19 +266,8 @@ def test_bfloat16_folder_kept_in_bfloat16(reference, tmp_path):
     model = kt.models.from_pretrained(folder("qwen2_tiny_bf16"), dtype="bfloat16")
     assert model.token_embedding.embeddings.dtype == "bfloat16"
     assert {v.dtype for v in model.weights} == {"bfloat16"}
-    # Each bfloat16 run rounds at every step, transformers' and ours at
-    # different places: 0.84 measured between the two, on logits up to 24
-    # whose bfloat16 spacing is 0.125 (transformers' bfloat16 run is 0.45
-    # from its float32 run of the same weights).
-    assert max_difference(model, reference, "qwen2_tiny_bf16") < 1.5
-    # The mean |ours - transformers'| is what a systematic error moves:
-    # 0.077 measured (a bfloat16 step is 0.125 between 16 and 32).
-    logits = to_numpy(model(batch(reference["prompts"]))).astype("float32")
-    differences = [
-        np.abs(logits[k, : len(p), 1:] - reference["logits"][f"qwen2_tiny_bf16/{k}"])
-        for k, p in enumerate(reference["prompts"])
-    ]
-    assert np.concatenate([d.ravel() for d in differences]).mean() < 0.1
+    # Its logits: within transformers' own bfloat16 error
+    # (tests/pretrained/test_half_precision.py).
     saved = kt.models.save_pretrained(model, tmp_path / "bf16")
     with (
         open(os.path.join(saved, "model.safetensors"), "rb") as f,

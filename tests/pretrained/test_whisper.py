@@ -170,23 +170,6 @@ def test_save_pretrained_writes_the_same_tensors_and_reloads(tmp_path):
     assert reread(texts).to_list() == tokenizer(texts).to_list()
 
 
-def test_bfloat16_and_float16():
-    # Bounds from transformers' own bfloat16 and float16 errors (8.9% and
-    # 3.2% of the largest logit; ours 12.3% and 4.0%, 31% and 4.8% with
-    # bfloat16 scores before #54): tests/pretrained/test_half_precision.py.
-    outputs = np.load(os.path.join(HF, "whisper_tiny_random_outputs.npz"))
-    reference = np.load(os.path.join(HF, "half_precision_logits.npz"))
-    columns = outputs["logits_columns"]
-    expected = reference["whisper_tiny_random/float32"]
-    scale = np.abs(expected).max()
-    for dtype in ("bfloat16", "float16"):
-        model = kt.models.from_pretrained(FOLDER, dtype=dtype)
-        assert model.token_embedding.embeddings.dtype == dtype
-        theirs = np.abs(reference[f"whisper_tiny_random/{dtype}"] - expected).max()
-        error = np.abs(logits_of(model, outputs)[..., columns] - expected).max()
-        assert error < 1.5 * theirs, (dtype, error / scale, theirs / scale)
-
-
 @pytest.mark.parametrize(
     "change, key",
     [
@@ -232,6 +215,36 @@ def test_parameter_counts_equal_transformers():
     assert kt.models.Whisper.parameter_count(**arguments) == config["num_parameters"]
 
 
+# Measured: peft's float32 logits are 2.0e-3 from its float64 ones, ours
+# 1.1e-3 (3.5e-4 with Eigen's kernels), the committed ones 1.5e-3.
+PEFT_RATIO = 2.0
+
+
+def logsumexp_of(logits):
+    top = logits.max(-1, keepdims=True)
+    return np.log(np.exp(logits - top).sum(-1)) + top[..., 0]
+
+
+def peft_float64_and_float32_logits(reference):
+    """peft's logits of base + whisper_tiny_random_lora, in float64 and in
+    float32 (all columns)."""
+    peft = reference_import("peft")
+    torch = reference_import("torch")
+    transformers = reference_import("transformers")
+    base = transformers.WhisperForConditionalGeneration.from_pretrained(FOLDER)
+    model = peft.PeftModel.from_pretrained(
+        base, os.path.join(HF, "whisper_tiny_random_lora")
+    )
+    features_ = torch.tensor(features()[:1].transpose(0, 2, 1))
+    ids = torch.tensor(reference["decoder_input_ids"])
+    with torch.no_grad():
+        single = model.eval()(input_features=features_, decoder_input_ids=ids)
+        double = model.double()(
+            input_features=features_.double(), decoder_input_ids=ids
+        )
+    return double.logits.numpy(), single.logits.numpy()
+
+
 def test_a_peft_adapter_gives_peft_logits_and_round_trips(tmp_path):
     """whisper_tiny_random_lora (make_whisper_fixtures.py): peft's logits of
     base + adapter on q_proj, k_proj, v_proj, out_proj and fc1 of every
@@ -248,11 +261,19 @@ def test_a_peft_adapter_gives_peft_logits_and_round_trips(tmp_path):
     model.load_lora(os.path.join(HF, "whisper_tiny_random_lora"))
     logits = np.asarray(model(inputs))
     assert np.abs(base - reference["logits"]).max() > 0.05  # the adapter counts
-    # Measured 7.2e-4 (the adapter's updates sharpen the fixture further).
-    np.testing.assert_allclose(logits[..., columns], reference["logits"], atol=1e-3)
-    top = logits[..., 1:].max(-1, keepdims=True)
-    logsumexp = np.log(np.exp(logits[..., 1:] - top).sum(-1)) + top[..., 0]
-    np.testing.assert_allclose(logsumexp, reference["logits_logsumexp"], atol=ATOL)
+    # The adapter sharpens the fixture's attention further: float32 itself
+    # is that far from exact. The bound is peft's own float32 error, from
+    # its float64 run here, on this CPU.
+    exact, theirs = peft_float64_and_float32_logits(reference)
+    own = np.abs(theirs - exact).max()
+    stored = np.abs(reference["logits"] - exact[..., columns - 1]).max()
+    error = np.abs(logits[..., 1:] - exact).max()
+    assert stored < PEFT_RATIO * own  # the fixture's is peft's, on any CPU
+    assert error < PEFT_RATIO * own
+    # logsumexp moves by at most the largest logit difference.
+    logsumexp = logsumexp_of(logits[..., 1:].astype("float64"))
+    for recorded in (logsumexp_of(exact), reference["logits_logsumexp"]):
+        assert np.abs(logsumexp - recorded).max() < PEFT_RATIO * own
     written = model.save_lora(tmp_path / "adapter", format="peft")
     again = kt.models.from_pretrained(FOLDER)
     again.load_lora(written)
