@@ -104,7 +104,7 @@ def _product(x, matrix):
         values, x = in_place(matrix.values, x)
         weights = ops.cast(values, x.dtype)
         if len(matrix.scale.shape) == 1:
-            y = ops.einsum("nr,cr->nc", x, weights)
+            y = product(x, weights, "nr,cr->nc")
             return y / ops.cast(matrix.scale, x.dtype)
         # A scale per block of rows: each column's smallest scale (its
         # scale per column) divides the product, as above, and each
@@ -117,7 +117,7 @@ def _product(x, matrix):
         ratios = block_scales(
             column[:, None] / scale, weights.shape[1], matrix.block_size
         )
-        y = ops.einsum("nr,cr->nc", x, weights * ops.cast(ratios, x.dtype))
+        y = product(x, weights * ops.cast(ratios, x.dtype), "nr,cr->nc")
         return y / ops.cast(column, x.dtype)
     y = product(x, ops.cast(matrix.values, x.dtype))
     return y if matrix.scale is None else y / ops.cast(matrix.scale, x.dtype)
@@ -403,7 +403,7 @@ def embedding_logits(x, embedding):
     rows = ops.reshape(x, (-1, x.shape[-1]))
     table, rows = in_place(table, rows)
     table = ops.cast(table, x.dtype)
-    y = ops.einsum("nr,cr->nc", rows, table) / ops.cast(
+    y = product(rows, table, "nr,cr->nc") / ops.cast(
         embedding.embeddings_scale, x.dtype
     )
     return ops.reshape(y, (*ops.shape(x)[:-1], table.shape[0]))

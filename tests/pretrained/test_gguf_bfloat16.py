@@ -7,17 +7,17 @@ the folders.
 Metric: the largest |logits - float32 logits| over the largest |float32
 logit|, per prompt. On qwen2_tiny.Q4_0, prompt 0 / 1:
 
-    transformers bfloat16                         2.23%  2.42%
-    ours, oneDNN kernels (TensorFlow's default)   2.37%  2.55%  (1.06x)
-    ours, Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0) 2.62%  3.98%  (1.65x)
+    transformers bfloat16   2.23%  2.42%
+    ours                    2.37%  2.55%  (1.06x)
 
-transformers' GGUF matmuls, and TensorFlow's oneDNN ones, accumulate in
-float32 and round each output once; TensorFlow's Eigen bfloat16 kernels
-round partial sums too (one 8x64 @ 64x96 product: largest error 0.062
-with oneDNN, 0.123 with Eigen). The bound, 2x transformers' own error,
-holds for either kind of kernel, on any x86-64 CPU. A query kernel scaled
-by 0.95 (an attention-temperature bug) gives 6.3% (2.8x), which the old
-bound of 10% of the largest logit let pass.
+the same with TensorFlow's oneDNN kernels and its Eigen ones
+(`ONEDNN_MAX_CPU_ISA=AVX2 TF_ENABLE_ONEDNN_OPTS=0`, as on a CPU without
+AVX-512 BF16): our products, int8 ones included, sum in float32 and round
+once (`kt.layers.products`), as transformers' do. (Before that, Eigen's
+bfloat16 sums gave 2.62% and 3.98%, 1.65x.) The bound is 1.25x
+transformers' own error, as for the folders. A query kernel scaled by 0.95
+(an attention-temperature bug) gives 6.3% (2.8x), which the old bound of
+10% of the largest logit let pass.
 """
 
 import numpy as np
@@ -40,4 +40,4 @@ def test_bfloat16_is_within_transformers_own_bfloat16_error():
     for i, ids in enumerate(REFERENCE[NAME]["prompt_ids"]):
         ours = logits(model, ids).astype("float32")
         exact, theirs = LOGITS[f"{NAME}/{i}"], BFLOAT16[f"{NAME}/{i}"]
-        assert error(ours, exact) < 2 * error(theirs, exact), (i, error(ours, exact))
+        assert error(ours, exact) < 1.25 * error(theirs, exact), (i, error(ours, exact))
