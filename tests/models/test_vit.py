@@ -223,8 +223,11 @@ def test_vit_refuses_images_it_was_not_built_for():
 @pytest.mark.slow
 def test_vit_learns_the_digits():
     """scikit-learn's bundled 8×8 digits (no download): 1797 images, 360 held
-    out; a 4-layer ViT on 2×2 patches. Label smoothing, not augmentation,
-    is what helps here: shifting 8×8 digits by a pixel hurt held-out accuracy."""
+    out; a 3-layer, 32-wide ViT on 2×2 patches, 30 epochs (0.978 measured;
+    with its position embeddings zeroed and frozen, 0.717: a ViT that
+    cannot tell patches apart fails the bound). Label smoothing, not
+    augmentation, is what helps here: shifting 8×8 digits by a pixel hurt
+    held-out accuracy."""
     datasets = pytest.importorskip("sklearn.datasets")
     digits = datasets.load_digits()
     x = (digits.images / 16.0).astype("float32")[..., None]  # (1797, 8, 8, 1)
@@ -232,9 +235,9 @@ def test_vit_learns_the_digits():
     order = np.random.default_rng(0).permutation(len(x))
     test, train = order[:360], order[360:]
     keras.utils.set_random_seed(0)
-    model = kt.models.vit(8, 2, 10, num_channels=1, num_layers=4, num_heads=4,
-                          hidden_dim=64, intermediate_dim=128)  # fmt: skip
-    epochs, steps = 60, int(np.ceil(len(train) / 64))
+    model = kt.models.vit(8, 2, 10, num_channels=1, num_layers=3, num_heads=4,
+                          hidden_dim=32, intermediate_dim=64)  # fmt: skip
+    epochs, steps = 30, int(np.ceil(len(train) / 64))
     model.compile(
         optimizer=keras.optimizers.AdamW(
             keras.optimizers.schedules.CosineDecay(
@@ -252,4 +255,4 @@ def test_vit_learns_the_digits():
     predictions = np.argmax(to_numpy(model.predict(x[test], verbose=0)), axis=-1)
     accuracy = np.mean(predictions == y[test])
     print(f"digits: held-out accuracy {accuracy:.4f} after {seconds:.0f} s of fit")
-    assert accuracy >= 0.97
+    assert accuracy >= 0.95
