@@ -1,14 +1,11 @@
 """The `keras-transformer` command end to end, on tiny settings."""
 
 import json
-import math
 import os
 import subprocess
 import sys
 
 import pytest
-
-from tests.helpers import reference_import
 
 
 def run(*args, cwd=None):
@@ -41,69 +38,6 @@ def load_trained(folder):
 # The wiring, not the recipes' quality: one tiny block (the defaults'
 # learning is `benchmarks/readme_first_command.py`'s and the docs' tables).
 TINY = ("--layers", "1", "--heads", "2", "--hidden", "16", "--seed", "1")
-
-
-@pytest.fixture(scope="module")
-def gpt_folder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cli_gpt")
-    data = folder / "lines.txt"
-    data.write_text("\n".join(["the cat sat on the mat."] * 200))
-    out = folder / "gpt"
-    result = run(
-        "train", "gpt2", "--data", str(data), "--output", str(out), "--steps", "30",
-        "--context", "16", "--learning-rate", "1e-2", *TINY,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    return out, result
-
-
-@pytest.mark.slow
-def test_train_gpt2_learns_and_generate_continues_with_the_model(gpt_folder):
-    out, result = gpt_folder
-    assert {"model.keras", "tokenizer.json", "saved_model", "config.json"} <= set(
-        os.listdir(out)
-    )
-    with open(out / "config.json") as f:
-        settings = json.load(f)["settings"]
-    assert (settings["layers"], settings["hidden"], settings["context"]) == (1, 16, 16)
-    loss = printed(result, "held-out loss (nats per character)")
-    assert loss < printed(result, "loss before training") - 0.5  # it trained
-    assert printed(result, "held-out perplexity") == pytest.approx(
-        math.exp(loss), rel=1e-3
-    )
-    answer = run(
-        "generate", "--model", str(out), "--temperature", "0", "--max-new-tokens",
-        "6", "the cat",
-    )  # fmt: skip
-    assert answer.returncode == 0, answer.stderr[-2000:]
-    text = answer.stdout.rstrip("\n")
-    # Greedy: exactly the model's own greedy continuation, cut at [END].
-    import numpy as np
-
-    import keras_transformer as kt
-
-    model, tokenizer = load_trained(out)
-    ids = tokenizer(["the cat"]).to_tensor().numpy()
-    end = tokenizer.token_to_id("[END]")
-    tokens = kt.generation.generate(model, ids, 6, end_token_id=end)
-    assert (tokens[0, len("the cat") :] != 0).any()  # something was generated
-    tokens = np.where(tokens == end, 0, tokens)
-    expected = tokenizer.detokenize(tokens).numpy()[0].decode()
-    assert text == expected
-    assert text.startswith("the cat") and len(text) <= len("the cat") + 6
-
-
-@pytest.mark.slow
-def test_generate_bounds_and_a_model_asked_for_the_wrong_task(gpt_folder):
-    out, _ = gpt_folder
-    bounded = run("generate", "--model", str(out), "--max-new-tokens", "2", "the")
-    assert bounded.returncode == 0, bounded.stderr[-2000:]
-    text = bounded.stdout.rstrip("\n")
-    # The prompt and at most two new characters.
-    assert text.startswith("the") and len(text) <= len("the") + 2
-    wrong = run("classify", "--model", str(out), "a text")
-    assert wrong.returncode == 2
-    assert "cannot classify: it serves" in wrong.stderr and "generate" in wrong.stderr
 
 
 @pytest.mark.slow
@@ -140,47 +74,6 @@ def test_train_bert_then_classify_the_held_out_file(tmp_path):
     assert printed(result, "held-out accuracy") == pytest.approx(
         sum(correct) / len(held)
     )
-
-
-@pytest.mark.slow
-def test_train_seq2seq_scores_are_sacrebleus_on_its_translations(tmp_path):
-    """BLEU, chrF and exact matches printed by `train` (on `--validation-data`)
-    and `evaluate` are sacrebleu's on the translations `evaluate` wrote, which
-    are `translate`'s."""
-    sacrebleu = reference_import("sacrebleu")  # the cli extra: in the test extra
-    words = {"one": "un", "two": "deux", "three": "trois", "four": "quatre"}
-    data = tmp_path / "pairs.tsv"
-    data.write_text("\n".join([f"{s}\t{t}" for s, t in words.items()] * 60))
-    held = [("one two", "un deux"), ("three", "trois"), ("four one", "quatre un")]
-    validation = tmp_path / "held.tsv"
-    validation.write_text("\n".join(f"{s}\t{t}" for s, t in held))
-    out = tmp_path / "seq2seq"
-    result = run(
-        "train", "seq2seq", "--data", str(data), "--validation-data",
-        str(validation), "--output", str(out), "--steps", "20", *TINY,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    predictions = tmp_path / "predictions.txt"
-    scored = run(
-        "evaluate", "--model", str(out), "--data", str(validation),
-        "--predictions", str(predictions),
-    )  # fmt: skip
-    assert scored.returncode == 0, scored.stderr[-2000:]
-    hypotheses = predictions.read_text().splitlines()
-    references = [t for _, t in held]
-    assert len(hypotheses) == len(held)
-    bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
-    chrf = sacrebleu.corpus_chrf(hypotheses, [references]).score
-    exact = sum(h == r for h, r in zip(hypotheses, references, strict=True)) / 3
-    for output, prefix in [(result, "held-out "), (scored, "")]:
-        assert printed(output, prefix + "BLEU") == pytest.approx(bleu, abs=1e-4)
-        assert printed(output, prefix + "chrF") == pytest.approx(chrf, abs=1e-4)
-        assert printed(output, prefix + "exact-match accuracy") == pytest.approx(
-            exact, abs=1e-4
-        )
-    answer = run("translate", "--model", str(out), *[s for s, _ in held])
-    assert answer.returncode == 0, answer.stderr[-2000:]
-    assert answer.stdout.splitlines() == hypotheses
 
 
 @pytest.mark.slow
