@@ -1,10 +1,13 @@
 """New tokens per second of greedy generation: ours next to KerasHub.
 
 A GPT with random weights (4 layers, 256 hidden, 4 heads, 1024 feed-forward,
-vocabulary 1000, context 256) generates 240 tokens after a 16-token prompt,
-greedily, at batch 1 and batch 8:
+vocabulary 1000, context `--context`, 1024 as GPT-2's) generates 240 tokens
+after a 16-token prompt, greedily, at batch 1 and batch 8:
 
-- ours: `kt.generation.generate` (XLA-compiled KV-cache loop),
+- ours: `kt.generation.generate` (XLA-compiled KV-cache loop, in the
+  smallest power-of-two buffer from 32 that holds the request: 256 here),
+- ours in a 512 bucket: `generate(..., min_buffer_length=512)`, the buffer
+  every one-shot request got before #55 (and `chat`'s now),
 - ours without the cache: `generate(..., use_cache=False)`,
 - keras-hub: `keras_hub.models.GPT2CausalLM(backbone, preprocessor=None)`
   compiled with `sampler="greedy"` (its XLA-compiled cached loop).
@@ -26,7 +29,7 @@ import numpy as np
 
 import keras_transformer as kt
 
-LAYERS, HIDDEN, HEADS, INTERMEDIATE, VOCABULARY, CONTEXT = 4, 256, 4, 1024, 1000, 256
+LAYERS, HIDDEN, HEADS, INTERMEDIATE, VOCABULARY = 4, 256, 4, 1024, 1000
 
 
 def timed(fn):
@@ -41,6 +44,10 @@ def main():
     parser.add_argument("--new", type=int, default=240)
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--context", type=int, default=1024)
+    parser.add_argument(
+        "--no-uncached", action="store_true", help="skip the no-cache contender"
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny run, for CI")
     args = parser.parse_args()
     if args.smoke:
@@ -53,7 +60,7 @@ def main():
         num_heads=HEADS,
         hidden_dim=HIDDEN,
         intermediate_dim=INTERMEDIATE,
-        max_sequence_length=CONTEXT,
+        max_sequence_length=args.context,
         dropout=0.0,
     )
     backbone = keras_hub.models.GPT2Backbone(
@@ -63,13 +70,14 @@ def main():
         hidden_dim=HIDDEN,
         intermediate_dim=INTERMEDIATE,
         dropout=0.0,
-        max_sequence_length=CONTEXT,
+        max_sequence_length=args.context,
     )
     theirs = keras_hub.models.GPT2CausalLM(backbone=backbone, preprocessor=None)
     theirs.compile(sampler="greedy")
     total = args.prompt + args.new
     print(
         f"greedy, {LAYERS} layers, {HIDDEN} hidden, vocabulary {VOCABULARY}, "
+        f"context {args.context}, "
         f"{args.prompt}-token prompt + {args.new} new tokens, median of "
         f"{args.repeats} runs after a compiling one\n"
     )
@@ -85,6 +93,9 @@ def main():
         }
         contenders = {
             "ours": lambda p=prompt: kt.generation.generate(ours, p, args.new),
+            "ours in a 512 bucket": lambda p=prompt: kt.generation.generate(
+                ours, p, args.new, min_buffer_length=512
+            ),
             "ours, no cache": lambda p=prompt: kt.generation.generate(
                 ours, p, args.new, use_cache=False
             ),
@@ -92,6 +103,8 @@ def main():
                 x, max_length=total, stop_token_ids=None
             ),
         }
+        if args.no_uncached:
+            del contenders["ours, no cache"]
         first = {name: timed(fn)[0] for name, fn in contenders.items()}
         times = {name: [] for name in contenders}
         for _ in range(args.repeats):

@@ -23,10 +23,11 @@ significant bits) moves a sharp softmax: see docs/llama.md, "Half
 precision".
 """
 
+import keras
 from keras import ops
 
 from keras_transformer.layers.masking import masked_softmax
-from keras_transformer.layers.products import product
+from keras_transformer.layers.products import HALF, product
 
 
 def attend(q, k, v, mask, dropout, training=None, bias=None):
@@ -85,6 +86,8 @@ def _attend_one(q, k, v, mask, bias, dropout, training):
     kv_heads, groups = q.shape[2], q.shape[3]
     batch = ops.shape(q)[0]
     heads = kv_heads * groups
+    if groups == 1:
+        return _attend_one_per_head(q[:, 0, :, 0], k, v, mask, bias, dropout, training)
     scores = ops.einsum("bkgd,bskd->bkgs", *_float32(q[:, 0], k))  # (B, K, G, S)
     scores = ops.reshape(scores, (batch, heads, 1, -1))  # (B, H, 1, S)
     probs = ops.cast(biased_softmax(scores, mask, bias), v.dtype)
@@ -97,3 +100,24 @@ def _attend_one(q, k, v, mask, bias, dropout, training):
 def _float32(*tensors):
     """The tensors in float32: the operands of float32 scores."""
     return [ops.cast(t, "float32") for t in tensors]
+
+
+def _attend_one_per_head(q, k, v, mask, bias, dropout, training):
+    """`_attend_one` where each head has its own keys and values (no
+    groups): products and sums over the `(B, S, H, D)` cache, which XLA
+    fuses into one pass that reads the cache in place (the same size as
+    the cache, the products are never written out; batched matrix
+    products first copied the cache to a `(B, H, S, D)` layout at every
+    step: GPT-2-small shapes decoded 1.6x slower at batch 8)."""
+    query, keys = _float32(q, k)  # (B, H, D), (B, S, H, D)
+    scores = ops.sum(query[:, None] * keys, axis=-1)  # (B, S, H)
+    scores = ops.transpose(scores, (0, 2, 1))[:, :, None, :]  # (B, H, 1, S)
+    probs = ops.cast(biased_softmax(scores, mask, bias), v.dtype)
+    dropped = dropout(probs, training=training)
+    weights = ops.transpose(dropped[:, :, 0, :], (0, 2, 1))[..., None]  # (B, S, H, 1)
+    if keras.backend.standardize_dtype(v.dtype) in HALF:  # as `product` sums
+        output = ops.sum(ops.cast(weights, "float32") * ops.cast(v, "float32"), axis=1)
+        output = ops.cast(output, v.dtype)
+    else:
+        output = ops.sum(weights * v, axis=1)  # (B, H, D_v)
+    return output[:, None], probs
