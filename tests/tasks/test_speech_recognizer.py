@@ -179,7 +179,10 @@ def test_cached_decoding_equals_uncached(recognizer):
     for index in range(prompt.shape[1], tokens.shape[1]):
         cached, cached_state = model.next_logits(tokens, cached_state, index, True)
         logits, state = model.next_logits(tokens, state, index, False)
-        np.testing.assert_allclose(cached, logits, rtol=1e-5, atol=1e-4)
+        # Two orders of float32 sums: this fixture's sharp attention moves
+        # them by up to 3.9e-4 (transformers' own float32 against float64,
+        # tests/pretrained/test_whisper.py's LOGITS_ATOL); 2.2e-4 measured.
+        np.testing.assert_allclose(cached, logits, rtol=0, atol=5e-4)
         np.testing.assert_array_equal(np.argmax(logits, -1), tokens[:, index])
 
 
