@@ -6,7 +6,7 @@ Shape legend: B batch, T sequence length, E hidden size, F intermediate size.
 import keras
 
 from keras_transformer import _validation as validation
-from keras_transformer.layers import quantization
+from keras_transformer.layers import products, quantization
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -75,7 +75,8 @@ class GatedFeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
-        return self.down(self.activation(self.gate(inputs)) * self.up(inputs))
+        gate = products.activate(self.activation, self.gate(inputs))
+        return self.down(gate * self.up(inputs))
 
     def _dense(self, name, units, inputs_shape):
         layer = quantization.Dense(

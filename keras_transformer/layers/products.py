@@ -61,8 +61,9 @@ def in_place(values, x):
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Conv1D(keras.layers.Conv1D):
     """Keras' `Conv1D` whose convolution, in bfloat16 or float16, sums in
-    float32 and rounds once (see `product`), as torch's does; Whisper's
-    stem. The same weights, config and files as Keras'.
+    float32, adds its bias (and applies its activation) there and rounds
+    once (see `product`), as torch's does; Whisper's stem. The same
+    weights, config and files as Keras'.
 
     Example:
         >>> import numpy as np
@@ -72,9 +73,36 @@ class Conv1D(keras.layers.Conv1D):
         (1, 5, 2)
     """
 
-    def convolution_op(self, inputs, kernel):
+    def call(self, inputs):
         dtype = keras.backend.standardize_dtype(inputs.dtype)
         if dtype not in HALF:
-            return super().convolution_op(inputs, kernel)
-        inputs, kernel = ops.cast(inputs, "float32"), ops.cast(kernel, "float32")
-        return ops.cast(super().convolution_op(inputs, kernel), dtype)
+            return super().call(inputs)
+        padding = self.padding
+        if padding == "causal":
+            left = (self.kernel_size[0] - 1) * self.dilation_rate[0]
+            inputs = ops.pad(inputs, [[0, 0], [left, 0], [0, 0]])
+            padding = "valid"
+        outputs = ops.conv(
+            ops.cast(inputs, "float32"),
+            ops.cast(self.kernel, "float32"),
+            strides=list(self.strides),
+            padding=padding,
+            dilation_rate=self.dilation_rate,
+            data_format=self.data_format,
+        )
+        if self.use_bias:
+            shape = (1, 1, -1) if self.data_format == "channels_last" else (1, -1, 1)
+            outputs = outputs + ops.reshape(ops.cast(self.bias, "float32"), shape)
+        return activate(self.activation, outputs, dtype)
+
+
+def activate(activation, x, dtype=None):
+    """`activation(x)` computed in float32 and rounded once to `dtype`
+    (`x`'s by default), as torch computes GELU or SiLU of a half-precision
+    tensor; TensorFlow's ops would round after each of their steps."""
+    dtype = dtype or keras.backend.standardize_dtype(x.dtype)
+    if activation is None or activation is keras.activations.linear:
+        return ops.cast(x, dtype)
+    if dtype not in HALF:
+        return activation(x)
+    return ops.cast(activation(ops.cast(x, "float32")), dtype)

@@ -46,7 +46,7 @@ from keras_transformer.layers.int8_blocks import (  # noqa: F401 (re-exported)
     block_scales,
     quantize_blocks,
 )
-from keras_transformer.layers.products import in_place, product
+from keras_transformer.layers.products import activate, in_place, product
 
 SUPPORTED_MODES = ("int8",)
 
@@ -332,9 +332,7 @@ class Int8Matrix:
         x = product(inputs, self.kernel, getattr(self, "equation", None))
         if self.bias is not None:
             x = ops.add(x, self.bias)
-        if self.activation is not None:
-            x = self.activation(x)
-        return x
+        return activate(self.activation, x)
 
     def _int8_call(self, inputs, training=None):
         if not self.transposed_int8:
@@ -347,9 +345,7 @@ class Int8Matrix:
         )
         if self.bias is not None:
             y = y + ops.cast(self.bias, y.dtype)
-        if self.activation is not None:
-            y = self.activation(y)
-        return y
+        return activate(self.activation, y)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -36,6 +36,11 @@ from keras_transformer.models.decoding import Seq2SeqLM
 from keras_transformer.models.initializers import initializer, normal_initializer
 
 
+def exact_gelu(x):
+    """The erf GELU of Whisper's stem."""
+    return keras.activations.gelu(x, approximate=False)
+
+
 def check_config(config):
     """Raises a ValueError naming the first impossible value of a
     `Whisper`'s constructor arguments `config`."""
@@ -280,9 +285,9 @@ class Whisper(ModelMixin, Seq2SeqLM):
         """Encoder half of the forward pass: `(B, F, M)` log-mel frames ->
         `(B, F / 2, E)`."""
         x = ops.cast(encoder_features, self.conv1.compute_dtype)
-        x = keras.activations.gelu(self.conv1(x), approximate=False)
+        x = products.activate(exact_gelu, self.conv1(x))
         x = ops.pad(x, [[0, 0], [1, 1], [0, 0]])
-        x = keras.activations.gelu(self.conv2(x), approximate=False)  # (B, S, E)
+        x = products.activate(exact_gelu, self.conv2(x))  # (B, S, E)
         x = self.dropout_layer(self.encoder_position_embedding(x))
         for block in self.encoder_blocks:
             x = block(x)

@@ -262,14 +262,16 @@ def test_a_peft_adapter_gives_peft_logits_and_round_trips(tmp_path):
     logits = np.asarray(model(inputs))
     assert np.abs(base - reference["logits"]).max() > 0.05  # the adapter counts
     # The adapter sharpens the fixture's attention further: float32 itself
-    # is that far from exact. The bound is peft's own float32 error, from
-    # its float64 run here, on this CPU.
+    # is that far from exact, by an amount that depends on the CPU's
+    # kernels. The bound is peft's own float32 error against its float64
+    # run: the larger of this CPU's and the committed logits' (peft's
+    # float32 on the CPU that made the fixture). Measured: 9.6e-5 on one
+    # CPU, 2.0e-3 on another; the fixture's 1.5e-3.
     exact, theirs = peft_float64_and_float32_logits(reference)
-    own = np.abs(theirs - exact).max()
     stored = np.abs(reference["logits"] - exact[..., columns - 1]).max()
+    own = max(np.abs(theirs - exact).max(), stored)
     error = np.abs(logits[..., 1:] - exact).max()
-    assert stored < PEFT_RATIO * own  # the fixture's is peft's, on any CPU
-    assert error < PEFT_RATIO * own
+    assert error < PEFT_RATIO * own, (error, own)
     # logsumexp moves by at most the largest logit difference.
     logsumexp = logsumexp_of(logits[..., 1:].astype("float64"))
     for recorded in (logsumexp_of(exact), reference["logits_logsumexp"]):
