@@ -215,7 +215,8 @@ def _plain(proto):
     """`proto` with no dummy prefix and no whitespace squeezing (the
     tokenizer puts the prefix itself, as transformers does), or a
     ValueError if it normalizes text."""
-    out, found = b"", False
+    out, found = [], False  # joined once: `bytes +=` copied the whole
+    # proto for each of its pieces (40 s for Gemma 3's 262,144)
     for number, wire, value, raw in fields(proto):
         if number == _NORMALIZER and wire == 2:
             found = True
@@ -228,7 +229,7 @@ def _plain(proto):
                 )
             value += _PLAIN
             raw = string_field(number, value)
-        out += raw
+        out.append(raw)
     if not found:
-        out += string_field(_NORMALIZER, _PLAIN)
-    return out
+        out.append(string_field(_NORMALIZER, _PLAIN))
+    return b"".join(out)
