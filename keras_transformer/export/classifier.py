@@ -5,13 +5,15 @@ Shape legend: B batch, T sequence length, C classes.
 
 import tensorflow as tf
 
+from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import savedmodel
 from keras_transformer.models import BERTClassifier
 from keras_transformer.text import checks as text_checks
 
 
+@positional_deprecated("class_names", "sequence_length", "overwrite")
 def export_classifier(
-    model, tokenizer, path, class_names=None, sequence_length=None, overwrite=False
+    model, tokenizer, path, *, class_names=None, sequence_length=None, overwrite=False
 ):
     """Exports a `bert_classifier` model and its tokenizer as a SavedModel.
 

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
+from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import savedmodel
 from keras_transformer.generation import decode_function, loop
 from keras_transformer.generation.samplers import RequestSampler
@@ -14,15 +15,16 @@ from keras_transformer.generation.speculative import speculative_decode_function
 from keras_transformer.models import CausalLM
 
 
+@positional_deprecated("max_new_tokens", "end_token", "jit_compile", "overwrite")
 def export_text_generator(
     model,
     tokenizer,
     path,
+    *,
     max_new_tokens=None,
     end_token="[END]",
     jit_compile=True,
     overwrite=False,
-    *,
     prompt_lookup_num_tokens=None,
     prompt_lookup_max_ngram_size=3,
     temperature=0.0,

@@ -10,6 +10,7 @@ import inspect
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
+from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import savedmodel
 from keras_transformer.generation import decode_function, loop
 from keras_transformer.generation.registry import get_sampler
@@ -19,11 +20,20 @@ from keras_transformer.models import Seq2SeqLM
 NOT_SAMPLER_OPTIONS = ("end_token_id", "max_new_tokens", "sampler")
 
 
+# The exporters' options, in the order they were positional.
+OPTIONS = (
+    "max_new_tokens", "num_beams", "length_penalty", "start_token", "end_token",
+    "jit_compile", "overwrite", "prefix", "generation_config",
+)  # fmt: skip
+
+
+@positional_deprecated(*OPTIONS)
 def export_translator(
     model,
     source_tokenizer,
     target_tokenizer,
     path,
+    *,
     max_new_tokens=None,
     num_beams=None,
     length_penalty=None,
@@ -106,10 +116,12 @@ def export_translator(
     return _export(model, source_tokenizer, target_tokenizer, path, options, names)
 
 
+@positional_deprecated(*OPTIONS)
 def export_summarizer(
     model,
     tokenizer,
     path,
+    *,
     max_new_tokens=None,
     num_beams=None,
     length_penalty=None,

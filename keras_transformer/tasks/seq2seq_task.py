@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
+from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import savedmodel
 from keras_transformer.export.translator import NOT_SAMPLER_OPTIONS
 from keras_transformer.generation import Sampler, generate
@@ -172,7 +173,8 @@ class Seq2SeqTask(Task):
             config["task"] = self.task
         return config
 
-    def fit(self, pairs, batch_size=32, epochs=1, **kwargs):
+    @positional_deprecated("batch_size", "epochs")
+    def fit(self, pairs, *, batch_size=32, epochs=1, **kwargs):
         """Trains on `(source, target)` strings, batched by
         `kt.text.translation_dataset` (decoder inputs `[START] y`, labels
         `y [END]`, both the model's `max_sequence_length`). An imported

@@ -8,6 +8,7 @@ one is named.
 
 import keras
 
+from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import export_text2text
 from keras_transformer.tasks.seq2seq_task import Seq2SeqTask
 
@@ -63,8 +64,9 @@ class Text2Text(Seq2SeqTask):
             return self.generate(inputs, *args, **kwargs)
         return super().__call__(inputs, *args, **kwargs)
 
+    @positional_deprecated("max_new_tokens", "sampler", "seed")
     def generate(
-        self, texts, max_new_tokens=None, sampler=None, seed=None, **sampler_args
+        self, texts, *, max_new_tokens=None, sampler=None, seed=None, **sampler_args
     ):
         """The model's answer to a text or to each of a list of texts.
 

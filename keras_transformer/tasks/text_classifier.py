@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
+from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import export_classifier, savedmodel
 from keras_transformer.models import BERTClassifier
 from keras_transformer.tasks import inputs
@@ -119,10 +120,12 @@ class TextClassifier(Task):
             return {"label": labels[0], "probabilities": probabilities[0]}
         return {"labels": labels, "probabilities": probabilities}
 
+    @positional_deprecated("batch_size", "epochs", "validation_data", "shuffle")
     def fit(
         self,
         texts,
         labels,
+        *,
         batch_size=32,
         epochs=1,
         validation_data=None,

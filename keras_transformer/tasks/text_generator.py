@@ -9,6 +9,7 @@ import keras
 import numpy as np
 
 from keras_transformer import _validation as validation
+from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import export_text_generator
 from keras_transformer.generation.decode import CONVERSATION_BUFFER
 from keras_transformer.generation.stream import (
@@ -83,9 +84,14 @@ class TextGenerator(Task):
             return cls(model, tokenizer, generation_config=defaults)
         return cls(model, tokenizer, end_token=end, generation_config=defaults)
 
+    @positional_deprecated(
+        "max_new_tokens", "sampler", "seed", "stop", "num_return_sequences",
+        "repetition_penalty", "return_full_text", "stream", "stream_chunk_size",
+    )  # fmt: skip
     def generate(
         self,
         prompts,
+        *,
         max_new_tokens=32,
         sampler=settings.DEFAULT_SAMPLER,
         seed=None,
@@ -195,9 +201,10 @@ class TextGenerator(Task):
             generated = [generated[i : i + n] for i in range(0, len(generated), n)]
         return generated[0] if request.single else generated
 
+    @positional_deprecated("max_new_tokens", "sampler", "seed", "stop", "stream")
     def chat(
-        self, messages, max_new_tokens=256, sampler=settings.DEFAULT_SAMPLER, seed=None,
-        stop=None, stream=False, **options,
+        self, messages, *, max_new_tokens=256, sampler=settings.DEFAULT_SAMPLER,
+        seed=None, stop=None, stream=False, **options,
     ):  # fmt: skip
         """The assistant's reply to a conversation.
 
@@ -354,7 +361,8 @@ class TextGenerator(Task):
             return {k: float(v[0]) for k, v in result.items()}
         return result
 
-    def fit(self, x=None, y=None, batch_size=8, sequence_length=None, **kwargs):
+    @positional_deprecated("batch_size", "sequence_length")
+    def fit(self, x=None, y=None, *, batch_size=8, sequence_length=None, **kwargs):
         """Trains on raw text (next-token loss), or on what `keras.Model.fit`
         takes.
 

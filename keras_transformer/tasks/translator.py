@@ -16,6 +16,7 @@ Shape legend: B batch, S source length.
 
 import keras
 
+from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import export_summarizer, export_translator, savedmodel
 from keras_transformer.tasks.seq2seq_task import Seq2SeqTask, pairs_dataset
 
@@ -77,8 +78,9 @@ class Translator(Seq2SeqTask):
         pair = tokenizer if isinstance(tokenizer, tuple) else (tokenizer,)
         return cls(model, *pair)
 
+    @positional_deprecated("max_new_tokens", "sampler", "seed")
     def translate(
-        self, texts, max_new_tokens=None, sampler=None, seed=None, **sampler_args
+        self, texts, *, max_new_tokens=None, sampler=None, seed=None, **sampler_args
     ):
         """Translates a sentence or a list of sentences.
 
@@ -163,8 +165,9 @@ class Summarizer(Seq2SeqTask):
     def target_tokenizer(self):
         return self.tokenizer
 
+    @positional_deprecated("max_new_tokens", "sampler", "seed")
     def summarize(
-        self, texts, max_new_tokens=None, sampler=None, seed=None, **sampler_args
+        self, texts, *, max_new_tokens=None, sampler=None, seed=None, **sampler_args
     ):
         """Summarizes a document or a list of documents.
 

@@ -284,8 +284,9 @@ def test_fine_tuned_imported_bert_exports_as_a_string_classifier(tmp_path):
     features, _ = next(iter(batches(1)))
     assert to_numpy(classifier(features)).argmax(-1).tolist() == labels
     path = kt.export.export_classifier(
-        classifier, tokenizer, tmp_path / "classifier", ["fox", "hello"], 8
-    )
+        classifier, tokenizer, tmp_path / "classifier",
+        class_names=["fox", "hello"], sequence_length=8,
+    )  # fmt: skip
     request = {"text": np.array(texts, dtype=object)}
     _, (out,) = run_export_test(path, [("classify", request)], tmp_path)
     expected = to_numpy(keras.ops.softmax(classifier(features)))

@@ -73,12 +73,13 @@ def test_sampler_options_reach_generate(translator):
     texts = TEXTS[:6]
     short = translator.translate(texts, max_new_tokens=5)
     assert short == hand_wired(translator, texts, 5)
-    beams = translator.translate(texts, 10, sampler="beam", num_beams=3)
+    beams = translator.translate(texts, max_new_tokens=10, sampler="beam", num_beams=3)
     assert beams == hand_wired(translator, texts, 10, sampler="beam", num_beams=3)
-    assert beams != translator.translate(texts, 10)  # not greedy
-    sampled = translator.translate(texts, 8, sampler="top_k", top_k=5, seed=7)
+    assert beams != translator.translate(texts, max_new_tokens=10)  # not greedy
+    options = {"max_new_tokens": 8, "sampler": "top_k", "top_k": 5}
+    sampled = translator.translate(texts, seed=7, **options)
     assert sampled == hand_wired(translator, texts, 8, sampler="top_k", top_k=5, seed=7)
-    assert sampled != translator.translate(texts, 8, sampler="top_k", top_k=5, seed=8)
+    assert sampled != translator.translate(texts, seed=8, **options)
 
 
 def test_export_serves_translate_without_the_library(translator, tmp_path):

@@ -1,0 +1,72 @@
+"""Public task methods and exporters take their inputs by position and
+every option by keyword; options that were positional still work there for
+one release, with a `DeprecationWarning` (`keras_transformer._keywords`)."""
+
+import inspect
+import warnings
+
+import pytest
+
+import keras_transformer as kt
+from keras_transformer._keywords import positional_deprecated
+
+# Each callable and the names it takes by position.
+INPUTS = [
+    (kt.tasks.TextGenerator.generate, ["self", "prompts"]),
+    (kt.tasks.TextGenerator.chat, ["self", "messages"]),
+    (kt.tasks.TextGenerator.fit, ["self", "x", "y"]),
+    (kt.tasks.Text2Text.generate, ["self", "texts"]),
+    (kt.tasks.Translator.translate, ["self", "texts"]),
+    (kt.tasks.Summarizer.summarize, ["self", "texts"]),
+    (kt.tasks.TextClassifier.fit, ["self", "texts", "labels"]),
+    (kt.tasks.Translator.fit, ["self", "pairs"]),
+    (kt.tasks.SpeechRecognizer.transcribe, ["self", "audio"]),
+    (kt.export.export_translator, ["model", "source_tokenizer", "target_tokenizer",
+                                   "path"]),
+    (kt.export.export_summarizer, ["model", "tokenizer", "path"]),
+    (kt.export.export_classifier, ["model", "tokenizer", "path"]),
+    (kt.export.export_text_generator, ["model", "tokenizer", "path"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "function, inputs", INPUTS, ids=lambda v: getattr(v, "__qualname__", "")
+)
+def test_options_are_keyword_only(function, inputs):
+    parameters = inspect.signature(function).parameters.values()
+    positional = [p.name for p in parameters if p.kind == p.POSITIONAL_OR_KEYWORD]
+    assert positional == inputs
+    options = [p for p in parameters if p.name not in inputs]
+    assert options and all(
+        p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in options
+    ), options
+
+
+@positional_deprecated("times", "separator")
+def repeat(text, *, times=2, separator=""):
+    return separator.join([text] * times)
+
+
+def test_options_once_positional_still_work_with_a_deprecation_warning():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert repeat("ab", times=3, separator="-") == "ab-ab-ab"
+        assert not caught
+        assert repeat("ab", 3, "-") == "ab-ab-ab"
+        assert repeat("ab", 3, separator="+") == "ab+ab+ab"
+    assert [w.category for w in caught] == [DeprecationWarning] * 2
+    message = str(caught[0].message)
+    assert "`times`, `separator` by position is deprecated" in message
+    assert "`times=...`" in message
+    assert caught[0].filename == __file__  # the caller's line
+
+
+def test_too_many_or_doubled_options_are_refused():
+    with pytest.raises(TypeError, match="at most 3 positional arguments. Received: 4"):
+        repeat("ab", 3, "-", "extra")
+    with pytest.raises(TypeError, match="'times' both by position and by keyword"):
+        repeat("ab", 3, times=4)
+    with pytest.raises(
+        ValueError, match="keyword-only options of .*Received: \\('x',\\)"
+    ):
+        positional_deprecated("x")(lambda text, x=1: text)
