@@ -6,6 +6,9 @@ Also the one JSON reader every package uses (`read_json`), whose errors
 name the file and the line.
 """
 
+import contextvars
+import copy
+import functools
 import json
 import numbers
 import os
@@ -151,18 +154,55 @@ def check_token_ids(name, value, vocabulary_size=None):
     return tuple(sorted({int(i) for i in ids}))
 
 
+# The JSON files read in the current `reads_once` scope: real path -> the
+# parsed document (files of at most `ONCE_LIMIT` bytes).
+_READ = contextvars.ContextVar("kt_json_read", default=None)
+ONCE_LIMIT = 1 << 20
+
+
+def reads_once(function):
+    """Decorator: within a call of `function` (and the calls it makes), each
+    small JSON file is read from disk once; later reads get a copy. A
+    folder's loading goes through several levels (the task, the model, the
+    family, the tokenizer) that each read `config.json`; they share one
+    read. The next call reads the files again."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        if _READ.get() is not None:  # an outer call's scope
+            return function(*args, **kwargs)
+        token = _READ.set({})
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _READ.reset(token)
+
+    return wrapper
+
+
 def read_json(path, missing_ok=False):
     """The JSON document at `path`.
 
     A file that is not valid UTF-8 JSON raises a ValueError naming the file,
     the line and the column. A missing file returns None when `missing_ok`,
-    and otherwise raises FileNotFoundError naming it.
+    and otherwise raises FileNotFoundError naming it. Inside a `reads_once`
+    call, a small file is read once and each read gets its own copy.
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
         if missing_ok:
             return None
         raise FileNotFoundError(f"No such file: {path!r}")
+    read = _READ.get()
+    if read is None or os.path.getsize(path) > ONCE_LIMIT:
+        return _read_json(path)
+    key = os.path.realpath(path)
+    if key not in read:
+        read[key] = _read_json(path)
+    return copy.deepcopy(read[key])
+
+
+def _read_json(path):
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)

@@ -10,9 +10,11 @@ for Marian and BART, `vit`). A `.gguf` file is read by `gguf`.
 """
 
 from keras_transformer import _gguf
+from keras_transformer import _validation as validation
 from keras_transformer.pretrained import checkpoint, gguf, peft, registry  # noqa: F401 (peft registers the PEFT adapter format)
 
 
+@validation.reads_once
 def from_pretrained(path, dtype=None):
     """Loads a Hugging Face checkpoint folder as one of our models.
 

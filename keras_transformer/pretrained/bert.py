@@ -21,7 +21,7 @@ from keras_transformer.models.initializers import (
     normal_initializer,
     placeholder_weights,
 )
-from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained import checkpoint, keys
 from keras_transformer.pretrained.family import Family
 from keras_transformer.text import hf_writers
 from keras_transformer.text.wordpiece import WordPieceTokenizer
@@ -107,19 +107,50 @@ def _dense(prefix, layer, converter=LINEAR, bias=SAME):
     ]
 
 
-def _head_pairs(model):
-    """The head's own tensors, named as `BertFor*` names them."""
-    if isinstance(model, BERTMaskedLM):
-        return [
-            *_dense("cls.predictions.transform.dense", model.mlm_dense),
-            *checkpoint.norm_pairs(
-                "cls.predictions.transform.LayerNorm", model.mlm_layer_norm
-            ),
-            ("cls.predictions.bias", model.mlm_bias.bias, SAME),
-        ]
-    if isinstance(model, BERTClassifier):
-        return _dense("classifier", model.classifier_logits)
+def _masked_lm_pairs(model):
+    return [
+        *_dense("cls.predictions.transform.dense", model.mlm_dense),
+        *checkpoint.norm_pairs(
+            "cls.predictions.transform.LayerNorm", model.mlm_layer_norm
+        ),
+        ("cls.predictions.bias", model.mlm_bias.bias, SAME),
+    ]
+
+
+def _classifier_config(model):
+    return {
+        "id2label": {str(i): f"LABEL_{i}" for i in range(model.num_classes)},
+        "label2id": {f"LABEL_{i}": i for i in range(model.num_classes)},
+        "classifier_dropout": model.dropout,
+    }
+
+
+def _nothing(model):
     return []
+
+
+def _no_keys(model):
+    return {}
+
+
+# Each head: its architecture -> (our class, its own tensors as `BertFor*`
+# names them, the config keys it writes).
+HEADS = {
+    "BertModel": (BERT, _nothing, _no_keys),
+    "BertForMaskedLM": (BERTMaskedLM, _masked_lm_pairs, _no_keys),
+    "BertForSequenceClassification": (
+        BERTClassifier,
+        lambda model: _dense("classifier", model.classifier_logits),
+        _classifier_config,
+    ),
+}
+
+
+def _head(model):
+    """The architecture of `model` in `HEADS`: its class's, or that of the
+    nearest base class listed."""
+    classes = {cls: name for name, (cls, _, _) in HEADS.items()}
+    return next(classes[c] for c in type(model).__mro__ if c in classes)
 
 
 def _pairs(model, pooler=True):
@@ -187,16 +218,10 @@ def _key(weights, name):
         candidates += [c.replace(".weight", ".gamma") for c in list(candidates)]
     if name.endswith("LayerNorm.bias"):
         candidates += [c.replace(".bias", ".beta") for c in list(candidates)]
-    for candidate in candidates:
-        if candidate in weights:
-            return candidate
-    raise ValueError(
-        f"The checkpoint has no tensor {name!r} (nor {candidates[1:]}); it does "
-        "not look like a BERT checkpoint of its config.json's architecture."
-    )
+    return keys.find_key(weights, name, candidates, "BERT ", "architecture")
 
 
-ARCHITECTURES = ("BertModel", "BertForMaskedLM", "BertForSequenceClassification")
+ARCHITECTURES = tuple(HEADS)
 
 
 def build(config, weights):
@@ -222,8 +247,9 @@ def build(config, weights):
             )
     # BertForMaskedLM has no pooler: ours gets fresh initial weights.
     pooler = architecture != "BertForMaskedLM"
+    head_pairs = HEADS[architecture][1](model)
     checkpoint.assign(
-        _pairs(backbone, pooler=pooler) + _head_pairs(model), weights, _key, IGNORED
+        _pairs(backbone, pooler=pooler) + head_pairs, weights, _key, IGNORED
     )
     if not pooler:
         kernel = backbone.pooled_dense.kernel
@@ -250,22 +276,16 @@ def export(model):
     """`(config, tensors)` of a `BERT`, `BERTMaskedLM` or `BERTClassifier` in
     Hugging Face's names and layouts."""
     backbone = getattr(model, "backbone", model)
-    architecture = {
-        BERTMaskedLM: "BertForMaskedLM",
-        BERTClassifier: "BertForSequenceClassification",
-    }.get(type(model), "BertModel")
-    config = arguments_to_config(backbone, architecture)
+    architecture = _head(model)
+    _, head_pairs, head_config = HEADS[architecture]
+    config = {**arguments_to_config(backbone, architecture), **head_config(model)}
     prefix = "" if architecture == "BertModel" else "bert."
     pairs = [
         (prefix + name, variable, converters)
         for name, variable, converters in _pairs(
             backbone, pooler=architecture != "BertForMaskedLM"
         )
-    ] + _head_pairs(model)
-    if isinstance(model, BERTClassifier):
-        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(model.num_classes)}
-        config["label2id"] = {f"LABEL_{i}": i for i in range(model.num_classes)}
-        config["classifier_dropout"] = model.dropout
+    ] + head_pairs(model)
     return config, checkpoint.tensors(pairs)
 
 
@@ -281,5 +301,4 @@ FAMILY = Family(
     load=load,
     save=save,
     default_architectures={"bert": "BertModel"},
-    required=SUPPORTED,
 )

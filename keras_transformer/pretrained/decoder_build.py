@@ -9,7 +9,7 @@ from keras_transformer.models.initializers import (
     global_dtype_policy,
     placeholder_weights,
 )
-from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained import checkpoint, keys
 
 HEAD = "lm_head.weight"
 EMBEDDING = "model.embed_tokens.weight"
@@ -17,12 +17,7 @@ EMBEDDING = "model.embed_tokens.weight"
 
 def find_key(weights, name):
     """`name` if the checkpoint has it, else a ValueError naming it."""
-    if name in weights:
-        return name
-    raise ValueError(
-        f"The checkpoint has no tensor {name!r}; it does not look like a "
-        "checkpoint of its config.json's sizes."
-    )
+    return keys.find_key(weights, name)
 
 
 def build_decoder(

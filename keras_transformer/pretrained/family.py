@@ -35,10 +35,6 @@ class Family:
             whose `architectures` is null or missing (as transformers
             resolves it).
         dtypes: the dtypes `load` builds in (`("float32",)`: no `dtype`).
-        required: config key -> the values we compute exactly (the first is
-            the default of a missing key); refused otherwise, by name.
-        defaults: `model_type` -> transformers' defaults of keys a config
-            may lack.
         tokenizers: `model_type` -> `reader(path)`, for folders whose
             tokenizer is read by their `model_type` rather than by the
             files they hold (`kt.text.tokenizer_from_pretrained`).
@@ -61,8 +57,6 @@ class Family:
     default_architectures: dict = dataclasses.field(default_factory=dict)
     also_served_by: dict = dataclasses.field(default_factory=dict)
     dtypes: tuple = ("float32",)
-    required: dict = dataclasses.field(default_factory=dict)
-    defaults: dict = dataclasses.field(default_factory=dict)
     tokenizers: dict = dataclasses.field(default_factory=dict)
     peft_modules: object = None
     peft_fan_in_fan_out: bool = False

@@ -254,8 +254,6 @@ FAMILY = Family(
     save=save,
     default_architectures={MODEL_TYPE: ARCHITECTURE},
     dtypes=llama.DTYPES,
-    required=REQUIRED,
-    defaults={MODEL_TYPE: DEFAULTS},
     tokenizers={MODEL_TYPE: hf_llama.from_folder},
     peft_modules=peft_modules,
 )

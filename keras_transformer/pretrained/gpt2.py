@@ -23,7 +23,7 @@ import numpy as np
 
 from keras_transformer.models.gpt import GPT2
 from keras_transformer.models.initializers import placeholder_weights
-from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained import checkpoint, keys
 from keras_transformer.pretrained.family import Family
 from keras_transformer.text import hf_tokenizers, hf_writers
 from keras_transformer.text.bpe import BytePairTokenizer
@@ -218,13 +218,7 @@ def _key(weights, name):
     """The checkpoint's key for `name`: `GPT2LMHeadModel` checkpoints
     written by `transformers` prefix `transformer.` (not the head's);
     OpenAI's do not."""
-    for candidate in (f"transformer.{name}", name):
-        if candidate in weights:
-            return candidate
-    raise ValueError(
-        f"The checkpoint has no tensor {name!r} (nor 'transformer.{name}'); it "
-        "does not look like a GPT-2 checkpoint of its config.json's sizes."
-    )
+    return keys.find_key(weights, name, (f"transformer.{name}", name), "GPT-2 ")
 
 
 def build(config, weights):
@@ -270,7 +264,6 @@ FAMILY = Family(
     load=load,
     save=save,
     default_architectures={"gpt2": "GPT2LMHeadModel"},
-    required=REQUIRED,
     peft_modules=peft_modules,
     peft_fan_in_fan_out=True,  # Conv1D weights are (in, out)
 )

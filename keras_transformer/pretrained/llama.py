@@ -410,8 +410,6 @@ FAMILY = Family(
     save=save,
     default_architectures={t: names[0] for t, names in ARCHITECTURES.items()},
     dtypes=DTYPES,
-    required=REQUIRED,
-    defaults=DEFAULTS,
     tokenizers={model_type: hf_llama.from_folder for model_type in MODEL_TYPES},
     peft_modules=peft_modules,
 )

@@ -15,7 +15,6 @@ from keras_transformer.pretrained import (
     vit,
     whisper,
 )
-from keras_transformer.text import hf_tokenizers
 
 FAMILIES = (
     bert.FAMILY,
@@ -170,8 +169,9 @@ def peft_family(model):
     return family
 
 
-# `kt.text.tokenizer_from_pretrained` reads a folder by its `model_type`
-# where a family's record names a reader (text/ sits below pretrained/).
-hf_tokenizers.MODEL_TYPE_READERS.update(
-    {t: tokenizer_for(t) for t in BY_MODEL_TYPE if tokenizer_for(t) is not None}
-)
+def tokenizer_readers():
+    """`model_type` -> `reader(path)` for the folders whose tokenizer is
+    read by their `model_type` (a family's record names a reader), which
+    `keras_transformer/__init__.py` hands to `kt.text.tokenizer_from_pretrained`
+    (text/ sits below pretrained/)."""
+    return {t: tokenizer_for(t) for t in BY_MODEL_TYPE if tokenizer_for(t) is not None}

@@ -36,7 +36,7 @@ import functools
 import numpy as np
 
 from keras_transformer.models.seq2seq import Seq2Seq
-from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained import checkpoint, keys
 from keras_transformer.pretrained.family import Family
 from keras_transformer.pretrained.generation_config import (
     generation_arguments,
@@ -327,12 +327,7 @@ def _key(weights, name):
 def _find_key(weights, name):
     """`_key`, or a ValueError naming the tensor."""
     key = _key(weights, name)
-    if key is None:
-        raise ValueError(
-            f"The checkpoint has no tensor {name!r}; it does not look like a "
-            "checkpoint of its config.json's sizes."
-        )
-    return key
+    return keys.find_key(weights, name) if key is None else key
 
 
 # Tied copies of the shared table carry no weights of their own.

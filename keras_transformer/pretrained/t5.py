@@ -28,7 +28,7 @@ from keras_transformer.models.initializers import (
     placeholder_weights,
 )
 from keras_transformer.models.t5 import T5
-from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained import checkpoint, keys
 from keras_transformer.pretrained.family import Family
 from keras_transformer.pretrained.generation_config import (
     generation_arguments,
@@ -303,16 +303,9 @@ def peft_modules(model):
 
 
 def _key(weights, name):
-    if name in weights:
-        return name
-    if name == "shared.weight":  # some exports keep only a tied copy
-        for copy in COPIES:
-            if copy in weights:
-                return copy
-    raise ValueError(
-        f"The checkpoint has no tensor {name!r}; it does not look like a "
-        "checkpoint of its config.json's sizes."
-    )
+    # Some exports keep only a tied copy of the shared table.
+    copies = COPIES if name == "shared.weight" else ()
+    return keys.find_key(weights, name, (name, *copies))
 
 
 def build(arguments, weights, dtype=None):
@@ -326,15 +319,12 @@ def build(arguments, weights, dtype=None):
         weights = {**weights, "lm_head.weight": shared}
     ignored = list(COPIES)
     for copy in COPIES + (("lm_head.weight",) if model.lm_head is None else ()):
+        keys.check_tied(
+            weights, copy, shared,
+            f"The checkpoint's {copy!r} differs from its shared token table, "
+            "which its config.json ties to it.",
+        )  # fmt: skip
         if copy in weights:
-            if (
-                weights[copy].shape != shared.shape
-                or not (weights[copy] == shared).all()
-            ):
-                raise ValueError(
-                    f"The checkpoint's {copy!r} differs from its shared token "
-                    "table, which its config.json ties to it."
-                )
             ignored.append(copy)
     pairs = checkpoint.in_variable_dtype(weight_pairs(model))
     checkpoint.assign(pairs, weights, _key, tuple(ignored))
@@ -351,7 +341,6 @@ FAMILY = Family(
     default_architectures={"t5": ARCHITECTURE},
     also_served_by={ARCHITECTURE: ("Summarizer", "Translator")},
     dtypes=DTYPES,
-    required=REQUIRED,
     tokenizers={"t5": hf_t5.from_folder},
     peft_modules=peft_modules,
     peft_task_type="SEQ_2_SEQ_LM",

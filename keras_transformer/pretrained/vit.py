@@ -24,7 +24,7 @@ D head size.
 
 from keras_transformer.models.initializers import placeholder_weights
 from keras_transformer.models.vit import ViT
-from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained import checkpoint, keys
 from keras_transformer.pretrained.family import Family
 
 ARCHITECTURES = ("ViTForImageClassification",)
@@ -169,12 +169,7 @@ def _pairs(model, qkv_bias=True):
 
 
 def _key(weights, name):
-    if name in weights:
-        return name
-    raise ValueError(
-        f"The checkpoint has no tensor {name!r}; it does not look like a "
-        "ViTForImageClassification checkpoint of its config.json's sizes."
-    )
+    return keys.find_key(weights, name, kind="ViTForImageClassification ")
 
 
 def build(config, weights):
@@ -208,5 +203,4 @@ FAMILY = Family(
     load=load,
     save=save,
     default_architectures={"vit": "ViTForImageClassification"},
-    required=SUPPORTED,
 )

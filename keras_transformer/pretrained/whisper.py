@@ -27,7 +27,7 @@ from keras_transformer.models.initializers import (
     placeholder_weights,
 )
 from keras_transformer.models.whisper import Whisper
-from keras_transformer.pretrained import checkpoint
+from keras_transformer.pretrained import checkpoint, keys
 from keras_transformer.pretrained.family import Family
 from keras_transformer.pretrained.generation_config import (
     generation_arguments,
@@ -281,13 +281,7 @@ def peft_modules(model):
 
 def _key(weights, name):
     # `WhisperModel`-style keys lack the `model.` prefix.
-    for candidate in (name, name.removeprefix("model.")):
-        if candidate in weights:
-            return candidate
-    raise ValueError(
-        f"The checkpoint has no tensor {name!r}; it does not look like a "
-        "checkpoint of its config.json's sizes."
-    )
+    return keys.find_key(weights, name, (name, name.removeprefix("model.")))
 
 
 def build(arguments, weights, dtype=None):
@@ -296,13 +290,11 @@ def build(arguments, weights, dtype=None):
     with global_dtype_policy(dtype or "float32"), placeholder_weights():
         model = Whisper(**arguments)
     table = weights[_key(weights, "model.decoder.embed_tokens.weight")]
-    if "proj_out.weight" in weights:
-        head = weights["proj_out.weight"]
-        if head.shape != table.shape or not (head == table).all():
-            raise ValueError(
-                "The checkpoint's 'proj_out.weight' differs from its token "
-                "table, which kt.models.Whisper ties to it."
-            )
+    keys.check_tied(
+        weights, "proj_out.weight", table,
+        "The checkpoint's 'proj_out.weight' differs from its token table, "
+        "which kt.models.Whisper ties to it.",
+    )  # fmt: skip
     pairs = checkpoint.in_variable_dtype(weight_pairs(model))
     checkpoint.assign(pairs, weights, _key, ("proj_out.weight",))
     return model
@@ -317,7 +309,6 @@ FAMILY = Family(
     save=save,
     default_architectures={"whisper": ARCHITECTURE},
     dtypes=DTYPES,
-    required=REQUIRED,
     tokenizers={"whisper": hf_whisper.from_folder},
     peft_modules=peft_modules,
     # peft's causal and seq2seq wrappers pass `input_ids`, which

@@ -67,6 +67,7 @@ class Task(FitMixin, keras.Model):
         return self.model(inputs, training=training)
 
     @classmethod
+    @validation.reads_once
     def from_pretrained(cls, path, dtype=None):
         """The task of a Hugging Face checkpoint folder: the model with its
         weights (`kt.models.from_pretrained`, with its `dtype` argument) and

@@ -1,8 +1,8 @@
 """Which task serves a Hugging Face folder, and loading a saved task.
 
 The families' `Family` records say which task serves each architecture
-(`pretrained/registry.task_for`); the task is found by that name among the
-imported `Task` subclasses.
+(`pretrained/registry.task_for`), by name; `TASKS` maps each name to its
+class.
 """
 
 import os
@@ -10,29 +10,37 @@ import os
 import keras
 
 from keras_transformer import _gguf
+from keras_transformer import _validation as validation
 from keras_transformer.models import from_pretrained as model_from_pretrained
 from keras_transformer.pretrained import checkpoint, gguf, registry
 from keras_transformer.tasks.base import Task, check_keras_path
+from keras_transformer.tasks.fill_mask import FillMask
+from keras_transformer.tasks.image_classifier import ImageClassifier
+from keras_transformer.tasks.sentence_encoder import SentenceEncoder
+from keras_transformer.tasks.speech_recognizer import SpeechRecognizer
+from keras_transformer.tasks.text2text import Text2Text
+from keras_transformer.tasks.text_classifier import TextClassifier
+from keras_transformer.tasks.text_generator import TextGenerator
+from keras_transformer.tasks.translator import Summarizer, Translator
 from keras_transformer.text import tokenizer_from_pretrained
 
-
-def task_classes():
-    """Every `Task` subclass imported so far, parents before children."""
-    found, pending = [], list(Task.__subclasses__())
-    while pending:
-        cls = pending.pop(0)
-        found.append(cls)
-        pending.extend(cls.__subclasses__())
-    return found
+# Every task a family record may name, by name.
+TASKS = {
+    cls.__name__: cls
+    for cls in (
+        FillMask, ImageClassifier, SentenceEncoder, SpeechRecognizer, Summarizer,
+        Text2Text, TextClassifier, TextGenerator, Translator,
+    )
+}  # fmt: skip
 
 
 def task_class(architecture):
     """The task class serving the Hugging Face `architecture` (or a
     `model_type`'s usual architecture), or None."""
-    name = registry.task_for(architecture)
-    return next((cls for cls in task_classes() if cls.__name__ == name), None)
+    return TASKS.get(registry.task_for(architecture))
 
 
+@validation.reads_once
 def from_pretrained(path, dtype=None):
     """The task of a Hugging Face checkpoint folder, its class chosen from
     the config's `architectures` (e.g. `GPT2LMHeadModel` -> `TextGenerator`,

@@ -116,7 +116,10 @@ class TextGenerator(Task):
             prompts: a non-empty string, or a list of them (one string when
                 streaming).
             max_new_tokens: the most new tokens per text, in
-                `[1, max_sequence_length - 1]`.
+                `[1, max_sequence_length - 1]`; 32 by default, a short
+                continuation (`chat` gives a reply 256, a whole answer; the
+                seq2seq tasks follow the checkpoint's generation settings,
+                as a translation is as long as its source).
             sampler: `"greedy"`, `"temperature"`, `"top_k"`, `"top_p"`,
                 `"beam"`, or a `kt.generation.Sampler` (see
                 `kt.generation.generate`). Left out: greedy, or the task's
@@ -216,7 +219,9 @@ class TextGenerator(Task):
 
         Args:
             messages: a list of `{"role": ..., "content": ...}` dicts.
-            max_new_tokens: the most tokens the reply may have.
+            max_new_tokens: the most tokens the reply may have; 256 by
+                default, more than `generate`'s 32: a reply is a whole
+                answer, not a continuation.
             sampler: as `generate`'s (default greedy, or the task's
                 `generation_config` where it samples).
             seed: as `generate`'s.

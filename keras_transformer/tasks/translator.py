@@ -88,7 +88,9 @@ class Translator(Seq2SeqTask):
             texts: a string, or a non-empty list of them (an empty
                 string, a blank line, is translated as transformers does).
             max_new_tokens: the longest translation in tokens; None: the
-                model's `generation_config`'s, else `max_sequence_length - 1`.
+                model's `generation_config`'s, else `max_sequence_length - 1`
+                (not `generate`'s fixed 32: a translation is as long as its
+                source, and the end token ends it).
             sampler: a `kt.generation.generate` sampler name or instance;
                 None: the `generation_config`'s (an imported Marian's beam
                 search), else `"greedy"`. Naming another sampler keeps only

@@ -20,6 +20,7 @@ tokenizer itself (Llama, Mistral and Qwen2, by `config.json`'s
 import os
 
 from keras_transformer import _gguf
+from keras_transformer import _validation as validation
 from keras_transformer._validation import read_json
 from keras_transformer.text import gguf_tokenizer, hf_llama
 from keras_transformer.text.bpe import BytePairTokenizer, read_vocabulary
@@ -39,10 +40,12 @@ MARIAN_SPECIAL = ("</s>", "<unk>", "<pad>")
 BART_SPECIAL = ("<s>", "</s>", "<pad>", "<unk>", "<mask>")
 BART_CLASSES = ("BartTokenizer", "BartTokenizerFast", "RobertaTokenizer")
 # `model_type` -> `reader(path)`: the families' readers of folders read by
-# their `model_type`, from their `Family` records (pretrained/registry.py).
+# their `model_type`, from their `Family` records; keras_transformer's
+# `__init__.py` fills it from `pretrained.registry.tokenizer_readers()`.
 MODEL_TYPE_READERS = {}
 
 
+@validation.reads_once
 def tokenizer_from_pretrained(path):
     """The in-graph tokenizer of a Hugging Face checkpoint folder.
 

@@ -10,8 +10,8 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.text import checks, pretokenizers
-from keras_transformer.text._lazy import tf_text
 from keras_transformer.text.chat import ChatTemplateMixin, check_chat_template
+from keras_transformer.text.sentencepiece import open_sentencepiece
 from keras_transformer.text.sentencepiece_model import (
     BYTE_PIECE,
     fields,
@@ -97,19 +97,9 @@ class LlamaTokenizer(ChatTemplateMixin, Tokenizer):
             chat_template, special_tokens_map
         )
         self.proto = read_proto(proto)
-        try:
-            self._sentencepiece = tf_text.SentencepieceTokenizer(
-                model=_plain(self.proto), out_type=tf.int32
-            )
-            size = int(self._sentencepiece.vocab_size())
-            pieces = self._sentencepiece.id_to_string(tf.range(size)).numpy()
-            unknown = int(self._sentencepiece.string_to_id(""))
-        except tf.errors.OpError as error:
-            raise ValueError(
-                "`proto` is not a valid SentencePiece model. "
-                f"Received: proto={self.proto!r:.80}"
-            ) from error
-        tokens = [p.decode("utf-8") for p in pieces]
+        self._sentencepiece, tokens, unknown = open_sentencepiece(
+            self.proto, _plain(self.proto)
+        )
         self._set_vocabulary([checks.PAD, *tokens])  # our id = their id + 1
         self._unknown = unknown + 1
         self.added_tokens = list(added_tokens or [])

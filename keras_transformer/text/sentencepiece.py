@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from keras_transformer.text import checks
 from keras_transformer.text._lazy import tf_text
+from keras_transformer.text.sentencepiece_model import read_proto
 from keras_transformer.text.tokenizer import Tokenizer
 
 # Piece 0 must be padding: ours, or the name other SentencePiece models use.
@@ -120,6 +121,25 @@ def train_sentencepiece(
     return model.getvalue()
 
 
+def open_sentencepiece(proto, model=None):
+    """tf-text's `SentencepieceTokenizer` (int32 ids) of `model` (by default
+    `proto`, bytes), its pieces as strings in id order, and the id it gives
+    an unknown piece; a ValueError naming `proto` if tf-text cannot read
+    it."""
+    try:
+        tokenizer = tf_text.SentencepieceTokenizer(
+            model=proto if model is None else model, out_type=tf.int32
+        )
+        size = int(tokenizer.vocab_size())
+        pieces = tokenizer.id_to_string(tf.range(size)).numpy()
+        unknown = int(tokenizer.string_to_id(""))
+    except tf.errors.OpError as error:
+        raise ValueError(
+            f"`proto` is not a valid SentencePiece model. Received: proto={proto!r:.80}"
+        ) from error
+    return tokenizer, [p.decode("utf-8") for p in pieces], unknown
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class SentencePieceTokenizer(Tokenizer):
     """SentencePiece tokenization from a model proto, as a Keras layer.
@@ -163,30 +183,8 @@ class SentencePieceTokenizer(Tokenizer):
 
     def __init__(self, proto, sequence_length=None, vocabulary=None, **kwargs):
         super().__init__(sequence_length=sequence_length, **kwargs)
-        if isinstance(proto, str | os.PathLike):
-            path = os.fspath(proto)
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"SentencePiece model not found: {path!r}")
-            with open(path, "rb") as f:
-                proto = f.read()
-        if not isinstance(proto, bytes) or not proto:
-            raise ValueError(
-                "`proto` must be a serialized SentencePiece model (bytes) or a "
-                f"path to a .model file. Received: proto={proto!r:.80}"
-            )
-        self.proto = proto
-        try:
-            self._sentencepiece = tf_text.SentencepieceTokenizer(
-                model=proto, out_type=tf.int32
-            )
-            size = int(self._sentencepiece.vocab_size())
-            pieces = self._sentencepiece.id_to_string(tf.range(size)).numpy()
-        except tf.errors.OpError as error:
-            raise ValueError(
-                "`proto` is not a valid SentencePiece model. "
-                f"Received: proto={proto!r:.80}"
-            ) from error
-        tokens = [p.decode("utf-8") for p in pieces]
+        self.proto = proto = read_proto(proto)
+        self._sentencepiece, tokens, _ = open_sentencepiece(proto)
         if vocabulary is not None:
             self._set_piece_vocabulary(vocabulary)
             return

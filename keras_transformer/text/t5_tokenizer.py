@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from keras_transformer import _validation as validation
 from keras_transformer.text import checks, pretokenizers
-from keras_transformer.text._lazy import tf_text
+from keras_transformer.text.sentencepiece import open_sentencepiece
 from keras_transformer.text.sentencepiece_model import read_proto
 from keras_transformer.text.tokenizer import Tokenizer
 
@@ -79,19 +79,7 @@ class T5Tokenizer(Tokenizer):
             )
         self.proto = proto = read_proto(proto)
         self.extra_ids = extra_ids
-        try:
-            self._sentencepiece = tf_text.SentencepieceTokenizer(
-                model=proto, out_type=tf.int32
-            )
-            size = int(self._sentencepiece.vocab_size())
-            pieces = self._sentencepiece.id_to_string(tf.range(size)).numpy()
-            unknown = int(self._sentencepiece.string_to_id(""))
-        except tf.errors.OpError as error:
-            raise ValueError(
-                "`proto` is not a valid SentencePiece model. "
-                f"Received: proto={proto!r:.80}"
-            ) from error
-        tokens = [p.decode("utf-8") for p in pieces]
+        self._sentencepiece, tokens, unknown = open_sentencepiece(proto)
         if tokens[0] not in ("<pad>", checks.PAD) or self.eos_token not in tokens:
             raise ValueError(
                 "`proto` must have padding as piece 0 (<pad>, T5's, or [PAD]) and "

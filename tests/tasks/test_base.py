@@ -25,7 +25,9 @@ def tiny_generator():
 def test_each_served_architecture_names_a_task_class():
     # The families' records name the tasks; every name is a task class.
     families = kt.pretrained.registry
-    names = {cls.__name__ for cls in kt.tasks.registry.task_classes()}
+    names = set(kt.tasks.registry.TASKS)
+    tasks = {getattr(kt.tasks, n) for n in kt.tasks.__all__} - {kt.tasks.Task}
+    assert names == {cls.__name__ for cls in tasks if isinstance(cls, type)}
     served = families.served_architectures()
     assert len(served) == 13  # ... T5ForConditionalGeneration, ViT, Whisper
     assert {families.task_for(a) for a in served} <= names
@@ -152,3 +154,26 @@ def test_a_task_used_for_generation_is_freed_when_dropped():
     del task
     gc.collect()
     assert [ref() for ref in refs] == [None, None, None]
+
+
+def test_a_folder_s_config_json_is_read_once_per_load(monkeypatch):
+    """The task, the model, the family and the tokenizer reader all look at
+    `config.json` (they read it 6 times before); one load opens it once,
+    and the next load reads it again."""
+    import builtins
+
+    folder = os.path.join(HF, "gpt2_tiny")
+    opened = []
+    real = builtins.open
+
+    def counting(file, *args, **kwargs):
+        opened.append(os.path.basename(os.fspath(file)))
+        return real(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting)
+    kt.tasks.from_pretrained(folder)
+    assert opened.count("config.json") == 1, opened
+    kt.models.from_pretrained(folder)
+    kt.text.tokenizer_from_pretrained(folder)
+    assert opened.count("config.json") == 3, opened
+    assert opened.count("tokenizer.json") <= 2, opened
