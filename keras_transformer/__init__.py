@@ -11,13 +11,13 @@ from keras_transformer import (  # noqa: E402
     text,
     training,
 )
-from keras_transformer.pretrained import registry as _registry  # noqa: E402
-from keras_transformer.text import hf_tokenizers as _hf_tokenizers  # noqa: E402
+from keras_transformer.pretrained.registry import tokenizer_readers  # noqa: E402
 
 # The one wiring between rooms, here and nowhere else: text/ reads a folder
 # whose tokenizer goes by its `model_type` with the reader its family's
 # record names (text/ sits below pretrained/, so it cannot ask).
-_hf_tokenizers.MODEL_TYPE_READERS.update(_registry.tokenizer_readers())
+text.hf_tokenizers.use_model_type_readers(tokenizer_readers())
+del tokenizer_readers
 
 __all__ = [
     "__version__",

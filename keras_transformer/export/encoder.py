@@ -5,6 +5,7 @@ Shape legend: B batch, T sequence length, E hidden size.
 
 import tensorflow as tf
 
+from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import savedmodel
 from keras_transformer.models import BERT, BERTFeatureExtractor
 from keras_transformer.text import checks as text_checks
@@ -12,7 +13,8 @@ from keras_transformer.text import checks as text_checks
 FEATURE_OUTPUTS = ("pooled_output", "mean_pooled_output")
 
 
-def export_encoder(model, tokenizer, path, sequence_length=None, overwrite=False):
+@positional_deprecated("sequence_length", "overwrite")
+def export_encoder(model, tokenizer, path, *, sequence_length=None, overwrite=False):
     """Exports a BERT encoder and its tokenizer as a sentence-embedding SavedModel.
 
     The SavedModel has one signature, `encode` (also `serving_default`):

@@ -7,6 +7,7 @@ Shape legend: B batch, T sequence length, K top_k, V vocabulary size.
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
+from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import savedmodel
 from keras_transformer.models import BERTMaskedLM
 from keras_transformer.text import checks as text_checks
@@ -76,7 +77,8 @@ def check_top_k(top_k, vocabulary_size):
     return int(top_k)
 
 
-def export_fill_mask(model, tokenizer, path, top_k=5, overwrite=False):
+@positional_deprecated("top_k", "overwrite")
+def export_fill_mask(model, tokenizer, path, *, top_k=5, overwrite=False):
     """Exports a `kt.models.BERTMaskedLM` and its tokenizer as a fill-mask
     SavedModel.
 

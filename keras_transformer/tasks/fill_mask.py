@@ -130,7 +130,9 @@ class FillMask(Task):
         Returns:
             The absolute path written.
         """
-        return export_fill_mask(self.model, self.tokenizer, path, top_k, **options)
+        return export_fill_mask(
+            self.model, self.tokenizer, path, top_k=top_k, **options
+        )
 
     def _candidates(self, packed, probabilities, token_ids):
         """The result dicts of one batch (`probabilities` and `token_ids`

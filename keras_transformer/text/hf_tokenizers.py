@@ -40,9 +40,15 @@ MARIAN_SPECIAL = ("</s>", "<unk>", "<pad>")
 BART_SPECIAL = ("<s>", "</s>", "<pad>", "<unk>", "<mask>")
 BART_CLASSES = ("BartTokenizer", "BartTokenizerFast", "RobertaTokenizer")
 # `model_type` -> `reader(path)`: the families' readers of folders read by
-# their `model_type`, from their `Family` records; keras_transformer's
-# `__init__.py` fills it from `pretrained.registry.tokenizer_readers()`.
+# their `model_type`, from their `Family` records (`use_model_type_readers`).
 MODEL_TYPE_READERS = {}
+
+
+def use_model_type_readers(readers):
+    """Reads the folders of the `model_type`s in `readers` (`model_type`
+    -> `reader(path)`) with those readers; keras_transformer's `__init__.py`
+    hands over `pretrained.registry.tokenizer_readers()`."""
+    MODEL_TYPE_READERS.update(readers)
 
 
 @validation.reads_once

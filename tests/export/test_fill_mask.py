@@ -41,7 +41,9 @@ def first_masks(answers):
 
 
 def test_served_answers_are_predicts_at_the_first_mask(fill, tmp_path):
-    path = kt.export.export_fill_mask(fill.model, fill.tokenizer, tmp_path / "f", 4)
+    path = kt.export.export_fill_mask(
+        fill.model, fill.tokenizer, tmp_path / "f", top_k=4
+    )
     texts = TEXTS + ["no mask", "", LATE]
     _, (served,) = run_export_test(path, [("fill_mask", {"text": texts})], tmp_path)
     expected = first_masks(fill.predict(TEXTS, top_k=4))
@@ -73,16 +75,16 @@ def test_bad_arguments_write_nothing(fill, tmp_path):
     model, tokenizer = fill.model, fill.tokenizer
     path = tmp_path / "fill"
     size = len(VOCAB)
-    for arguments, message in [
-        ((model.backbone, tokenizer, path), "BERTMaskedLM.*'bert'"),
-        ((model, "vocab", path), "tokenizer='vocab'"),
-        ((model, tokenizer, path, 0), "top_k=0"),
-        ((model, tokenizer, path, size + 1), f"top_k={size + 1}"),
-        ((model, tokenizer, path, 2.0), "top_k=2.0"),
-        ((model, tokenizer, 3), "path=3"),
+    for arguments, options, message in [
+        ((model.backbone, tokenizer, path), {}, "BERTMaskedLM.*'bert'"),
+        ((model, "vocab", path), {}, "tokenizer='vocab'"),
+        ((model, tokenizer, path), {"top_k": 0}, "top_k=0"),
+        ((model, tokenizer, path), {"top_k": size + 1}, f"top_k={size + 1}"),
+        ((model, tokenizer, path), {"top_k": 2.0}, "top_k=2.0"),
+        ((model, tokenizer, 3), {}, "path=3"),
     ]:
         with pytest.raises(ValueError, match=message):
-            export(*arguments)
+            export(*arguments, **options)
     with pytest.raises(ValueError, match=r"\[MASK\]"):
         no_mask = [t if t != "[MASK]" else "mask" for t in VOCAB]
         export(model, kt.text.WordPieceTokenizer(no_mask), path)

@@ -26,6 +26,8 @@ INPUTS = [
     (kt.export.export_summarizer, ["model", "tokenizer", "path"]),
     (kt.export.export_classifier, ["model", "tokenizer", "path"]),
     (kt.export.export_text_generator, ["model", "tokenizer", "path"]),
+    (kt.export.export_encoder, ["model", "tokenizer", "path"]),
+    (kt.export.export_fill_mask, ["model", "tokenizer", "path"]),
 ]  # fmt: skip
 
 
