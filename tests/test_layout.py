@@ -8,8 +8,10 @@ holds two concepts.
 
 import ast
 import collections
+import io
 import pathlib
 import re
+import tokenize
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
 
@@ -31,7 +33,10 @@ ALLOWED = {
     "models": {"layers", "text", "training"},
     "generation": {"layers", "models"},
     "pretrained": {"layers", "models", "text", "generation"},
-    "export": {"layers", "models", "text", "generation"},
+    # generation and pretrained sit side by side below export
+    # (ARCHITECTURE.md): a family's plan (whisper_plan) serves both the
+    # task and its SavedModel.
+    "export": {"layers", "models", "text", "generation", "pretrained"},
     "tasks": _BELOW_TASKS,
     "cli": _BELOW_TASKS | {"tasks"},
 }
@@ -248,3 +253,50 @@ def test_nothing_dispatches_on_a_model_class_or_model_type():
                         f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
                     )
     assert found == []
+
+
+def family_words():
+    """Lower-case words that would mark a family's rule in code: every
+    model class, every Hugging Face model type a family file declares, and
+    the family-only rules that once lived in the sampler (timestamps)."""
+    words = {name.lower() for name in model_classes()}
+    for path in (PACKAGE / "pretrained").glob("*.py"):
+        for group in re.findall(r"MODEL_TYPES = \(([^)]*)\)", path.read_text()):
+            words |= set(re.findall(r"\w+", group))
+    return words | {"whisper", "t5", "gemma", "qwen", "bart", "marian", "timestamp"}
+
+
+def family_names(source, words):
+    """The identifiers of `source` (code, not strings or comments) with one
+    of `words` among their `_`-separated parts, and its `getattr(model, ...)` reads."""
+    found = []
+    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    for i, token in enumerate(tokens):
+        if token.type != tokenize.NAME:
+            continue
+        if words & set(token.string.lower().split("_")):
+            found.append(f"{token.start[0]}: {token.string}")
+        after = [t.string for t in tokens[i + 1 : i + 3]]
+        if token.string == "getattr" and after == ["(", "model"]:
+            found.append(f"{token.start[0]}: getattr(model")
+    return found
+
+
+def test_no_family_rule_lives_in_generation():
+    """Adding a family changes nothing in generation/: no identifier in its
+    code names a family or a family's rule, and no model attribute is read
+    by `getattr` (a hook the protocol does not declare)."""
+    words = family_words()
+    assert {"llama", "qwen2", "whisper", "gpt2", "seq2seq", "t5"} <= words
+    found = [
+        f"{path.name}:{line}"
+        for path in sorted((PACKAGE / "generation").glob("*.py"))
+        for line in family_names(path.read_text(), words)
+    ]
+    assert found == []
+    # What the check catches: the sampler's old Whisper option, the old hook.
+    assert family_names("self.timestamp_token_id = t", words)
+    assert family_names('m = getattr(model, "min_decode_buffer", 32)', words)
+    assert family_names("is_whisper = True", words)
+    assert not family_names('x = "GPT2"  # a Whisper comment', words)
+    assert not family_names("isinstance(model, CausalLM | Seq2SeqLM)", words)

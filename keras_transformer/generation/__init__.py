@@ -1,12 +1,15 @@
 """Autoregressive generation with a compiled KV cache, and its samplers.
 
-Modules: `samplers` (the one-token loop, its options, greedy and sampling),
+Modules: `processors` (the logits processors: the rules that change the
+scores before a token is chosen), `samplers` (the one-token loop, greedy
+and sampling),
 `beam` and `beam_transformers` (beam search), `registry` (samplers by
 name), `loop` (graph helpers the loops share), `decode` (`generate` and the
 compiled decode loops), `speculative` (speculative and prompt-lookup
 decoding).
 """
 
+from keras_transformer.generation import processors
 from keras_transformer.generation.beam import BeamSampler
 from keras_transformer.generation.compiled import enable_compile_cache
 from keras_transformer.generation.decode import (
@@ -15,7 +18,9 @@ from keras_transformer.generation.decode import (
     decode_function,
     generate,
 )
+from keras_transformer.generation.processors import LogitsProcessor
 from keras_transformer.generation.registry import get_sampler
+from keras_transformer.generation.row_sampler import RowSampler
 from keras_transformer.generation.samplers import (
     GreedySampler,
     Sampler,
@@ -28,6 +33,8 @@ from keras_transformer.generation.speculative import speculative_decode_function
 __all__ = [
     "BeamSampler",
     "GreedySampler",
+    "LogitsProcessor",
+    "RowSampler",
     "Sampler",
     "TemperatureSampler",
     "TopKSampler",
@@ -38,5 +45,6 @@ __all__ = [
     "enable_compile_cache",
     "generate",
     "get_sampler",
+    "processors",
     "speculative_decode_function",
 ]

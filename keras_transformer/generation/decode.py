@@ -184,9 +184,10 @@ def check_request(
     prompt, source = model.generation_inputs(inputs)
     vocabulary_size = model.output_vocabulary_size
     end_ids = check_end_token_ids(end_token_id, vocabulary_size)
-    if end_ids is None and sampler.force_end_token:
+    if end_ids is None and sampler.needs_end_token:
         raise ValueError(
-            "`force_end_token=True` needs an `end_token_id`. "
+            "`force_end_token=True` (a processor that forces the end) needs an "
+            "`end_token_id`. "
             "Received: end_token_id=None"
         )
     for name, token_id in sampler.token_ids():
@@ -208,7 +209,7 @@ def check_request(
         )
     if max_new_tokens == 0:
         return None
-    minimum = min_buffer_length or getattr(model, "min_decode_buffer", MIN_BUFFER)
+    minimum = min_buffer_length or model.min_decode_buffer
     length = buffer_length(total + room, limit, minimum)
     tokens = np.zeros((batch, length), "int32")
     tokens[:, :prompt_length] = prompt

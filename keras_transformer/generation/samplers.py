@@ -19,19 +19,23 @@ buffer (B, or B * K for beam search with K beams).
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.generation import loop, options
+from keras_transformer.generation import loop, processors
+from keras_transformer.generation.options import check_temperature
 
 
 class Sampler:
     """Base sampler: the shared decode loop around `next_token`.
 
-    The options change the scores of every step before the token is chosen,
-    like the logits processors of Hugging Face `transformers` (in the same
-    order: n-grams, suppressed ids (at the first new position too), Whisper's
-    timestamp rules, minimum length, forced first token, forced end token,
-    renormalisation). Forbidden tokens get -inf; a forced
-    token gets 0 and every other token -inf. Each row counts its own prompt
-    (its True entries in `prompt_mask`).
+    A sampler chooses the token; the rules that change the scores first are
+    logits processors (`kt.generation.processors`, like the logits
+    processors of Hugging Face `transformers`), run in order on the float32
+    scores of every step. The keyword options below are the generic
+    processors by name, placed in Hugging Face's order around
+    `logits_processors`: repetition penalty, n-grams, suppressed ids (at the
+    first new position too), minimum length, then `logits_processors` (a
+    family's rules, as Whisper's timestamps), the forced first token, the
+    forced end token, renormalisation. Each row counts its own prompt (its
+    True entries in `prompt_mask`).
 
     What decode loops ask (subclasses override it): `num_rows`, buffer rows
     per prompt; `supports_speculation`, whether `distribution` is
@@ -40,29 +44,19 @@ class Sampler:
 
     Args:
         temperature: logits are divided by it before choosing.
+        logits_processors: a list of `kt.generation.LogitsProcessor`s run
+            after the options' own (see above).
         min_new_tokens: the end token is forbidden while a row has fewer
-            new tokens than this (HF `min_new_tokens`; HF's `min_length`
-            counts the prompt: `min_length=m` with a one-token decoder start
-            is `min_new_tokens=m - 1`).
+            new tokens than this (`processors.MinNewTokens`; HF's
+            `min_length` counts the prompt: `min_length=m` with a one-token
+            decoder start is `min_new_tokens=m - 1`).
         no_repeat_ngram_size: n > 0 forbids a token that would repeat an
-            n-gram already in the row, prompt included (HF
-            `no_repeat_ngram_size`).
+            n-gram already in the row, prompt included
+            (`processors.NoRepeatNGram`).
         suppressed_token_ids: ids that are never generated (HF
             `suppress_tokens`, or `bad_words_ids` of single tokens).
         begin_suppressed_token_ids: ids that are not generated as a row's
-            first new token (HF `begin_suppress_tokens`: Whisper's blank and
-            end of text).
-        timestamp_token_id: the first of the timestamp tokens that fill the
-            rest of the vocabulary (Whisper's `<|0.00|>`), or None. Then the
-            id before it (`<|notimestamps|>`) is never generated and
-            timestamps follow Whisper's rules (HF
-            `WhisperTimeStampLogitsProcessor`): a row starts with one, they
-            come in pairs (start, end) except before the end token, never
-            decrease, and one is chosen whenever the timestamps' total
-            probability beats every text token's.
-        max_initial_timestamp_index: with `timestamp_token_id`, the first
-            timestamp may be at most `timestamp_token_id +` this (HF
-            `max_initial_timestamp_index`; None: no bound).
+            first new token (HF `begin_suppress_tokens`).
         forced_first_token_id: the first new token of every row (HF
             `forced_bos_token_id` with a one-token decoder prompt).
         force_end_token: the end token is forced at the last position filled
@@ -85,86 +79,56 @@ class Sampler:
         self,
         temperature=1.0,
         *,
+        logits_processors=(),
         min_new_tokens=0,
         no_repeat_ngram_size=0,
         suppressed_token_ids=(),
         begin_suppressed_token_ids=(),
-        timestamp_token_id=None,
-        max_initial_timestamp_index=None,
         forced_first_token_id=None,
         force_end_token=False,
         renormalize_logits=False,
         repetition_penalty=None,
     ):
-        self.temperature = options.check_temperature(temperature)
-        self.min_new_tokens = options.check_count("min_new_tokens", min_new_tokens)
-        self.no_repeat_ngram_size = options.check_count(
-            "no_repeat_ngram_size", no_repeat_ngram_size
+        self.temperature = check_temperature(temperature)
+        self.logits_processors = processors.from_options(
+            min_new_tokens=min_new_tokens,
+            no_repeat_ngram_size=no_repeat_ngram_size,
+            suppressed_token_ids=suppressed_token_ids,
+            begin_suppressed_token_ids=begin_suppressed_token_ids,
+            forced_first_token_id=forced_first_token_id,
+            force_end_token=force_end_token,
+            renormalize_logits=renormalize_logits,
+            repetition_penalty=repetition_penalty,
+            logits_processors=logits_processors,
         )
-        self.suppressed_token_ids = options.check_id_list(
-            "suppressed_token_ids", suppressed_token_ids
-        )
-        self.begin_suppressed_token_ids = options.check_id_list(
-            "begin_suppressed_token_ids", begin_suppressed_token_ids
-        )
-        self.timestamp_token_id = (
-            None
-            if timestamp_token_id is None
-            else validation.check_token_id("timestamp_token_id", timestamp_token_id)
-        )
-        self.max_initial_timestamp_index = (
-            None
-            if max_initial_timestamp_index is None
-            else options.check_count(
-                "max_initial_timestamp_index", max_initial_timestamp_index
-            )
-        )
-        self.forced_first_token_id = (
-            None
-            if forced_first_token_id is None
-            else validation.check_token_id(
-                "forced_first_token_id", forced_first_token_id
-            )
-        )
-        validation.check_bool("force_end_token", force_end_token)
-        self.force_end_token = force_end_token
-        validation.check_bool("renormalize_logits", renormalize_logits)
-        self.renormalize_logits = renormalize_logits
-        if repetition_penalty is not None:
-            validation.check_positive_number("repetition_penalty", repetition_penalty)
-            repetition_penalty = float(repetition_penalty)
-        self.repetition_penalty = repetition_penalty
 
     def config(self):
         """Hashable description, used to reuse compiled decode loops."""
-        return (type(self).__name__, tuple(sorted(vars(self).items())))
+        settings = {
+            key: value
+            for key, value in vars(self).items()
+            if not key.startswith("_") and key != "logits_processors"
+        }
+        return (
+            type(self).__name__,
+            tuple(sorted(settings.items())),
+            tuple(p.config() for p in self.logits_processors),
+        )
 
     def token_ids(self):
-        """`[(argument, id), ...]`: the ids the options name, for `generate`
-        to check against the model's vocabulary."""
-        ids = [("suppressed_token_ids", i) for i in self.suppressed_token_ids]
-        ids += [
-            ("begin_suppressed_token_ids", i) for i in self.begin_suppressed_token_ids
-        ]
-        if self.timestamp_token_id is not None:
-            ids.append(("timestamp_token_id", self.timestamp_token_id))
-        if self.forced_first_token_id is not None:
-            ids.append(("forced_first_token_id", self.forced_first_token_id))
-        return ids
+        """`[(argument, id), ...]`: the ids the processors name, for
+        `generate` to check against the model's vocabulary."""
+        return [pair for p in self.logits_processors for pair in p.token_ids()]
+
+    @property
+    def needs_end_token(self):
+        """Whether a processor needs an `end_token_id` (the forced end)."""
+        return any(p.needs_end_token for p in self.logits_processors)
 
     def has_options(self):
-        """Whether any option changes the scores (`process` is not a no-op)."""
-        return bool(
-            self.min_new_tokens
-            or self.no_repeat_ngram_size
-            or self.suppressed_token_ids
-            or self.begin_suppressed_token_ids
-            or self.timestamp_token_id is not None
-            or self.forced_first_token_id is not None
-            or self.force_end_token
-            or self.renormalize_logits
-            or self.repetition_penalty is not None
-        )
+        """Whether any processor changes the scores (`process` is not a
+        no-op)."""
+        return bool(self.logits_processors)
 
     def next_token(self, logits, seed):
         """Chooses `(B,)` int32 tokens from float32 `(B, V)` logits."""
@@ -192,8 +156,8 @@ class Sampler:
         )
 
     def process(self, scores, tokens, index, prompt_lengths, stop, end_token_id):
-        """Applies the options to the float32 `(R, V)` scores of position
-        `index` (HF's logits processors); a no-op when all are off.
+        """Runs the processors on the float32 `(R, V)` scores of position
+        `index`; a no-op without any.
 
         Args:
             scores: logits (greedy, sampling) or log-probabilities (beams).
@@ -204,11 +168,8 @@ class Sampler:
             end_token_id: int32 scalar or vector (several end ids), -1
                 for none.
         """
-        if not self.has_options():
-            return scores
-        return options.process(
-            self, scores, tokens, index, prompt_lengths, stop, end_token_id
-        )
+        step = processors.Step(tokens, index, prompt_lengths, stop, end_token_id)
+        return processors.apply(self.logits_processors, scores, step)
 
     def __call__(
         self,
@@ -267,7 +228,8 @@ class Sampler:
         """
         stop, prompt_mask, end_token_id, seed = spec
         prompt_lengths = loop.prompt_lengths(prompt_mask)
-        until = stop if until is None else tf.minimum(until, stop)
+        last = tf.reduce_max(stop)  # `stop` may be `(R,)`: each row's own
+        until = last if until is None else tf.minimum(until, last)
 
         def cond(tokens, cache, index, done):
             return tf.logical_and(index < until, tf.logical_not(tf.reduce_all(done)))
@@ -281,6 +243,8 @@ class Sampler:
             chosen = self.next_token(scores, step_seed)
             in_prompt = prompt_mask[:, index]
             chosen = tf.where(in_prompt, tokens[:, index], chosen)
+            # Rows past their own stop (a `(R,)` stop) end there.
+            done = tf.logical_or(done, index >= stop)
             chosen = tf.where(done, tf.zeros_like(chosen), chosen)
             ended = loop.is_end(chosen, end_token_id)
             done = tf.logical_or(done, tf.logical_and(tf.logical_not(in_prompt), ended))

@@ -4,9 +4,10 @@ out, as transformers' `automatic-speech-recognition` pipeline."""
 import keras
 import numpy as np
 
-from keras_transformer.export import speech_recognizer as plan
+from keras_transformer.export.speech_recognizer import export_speech_recognizer
 from keras_transformer.generation import generate
 from keras_transformer.models.whisper import Whisper
+from keras_transformer.pretrained import whisper_plan as plan
 from keras_transformer.tasks import audio as audio_inputs
 from keras_transformer.tasks.base import Task
 
@@ -80,12 +81,7 @@ class SpeechRecognizer(Task):
     def detect_language(self, frames):
         """Our ids of the language tokens the model finds most likely after
         `<|startoftranscript|>`, one per row of `frames` `(B, F, M)`."""
-        start = np.full((len(frames), 1), self.model.decoder_start_token_id)
-        logits = self.model(
-            {"encoder_features": frames, "decoder_token_ids": start}
-        ).numpy()[:, 0]
-        ids = np.array(self.language_ids())
-        return ids[np.argmax(logits[:, ids], axis=-1)]
+        return plan.detect_language(self.model, frames, self.language_ids()).numpy()
 
     def transcribe(
         self,
@@ -191,9 +187,7 @@ class SpeechRecognizer(Task):
         """Writes the audio-bytes SavedModel of this task
         (`kt.export.export_speech_recognizer`): served, WAV bytes in, text
         out, as `transcribe` gives for audio of at most 30 s."""
-        return plan.export_speech_recognizer(
-            self.model, self.tokenizer, path, **options
-        )
+        return export_speech_recognizer(self.model, self.tokenizer, path, **options)
 
 
 def _until_end(row, end):

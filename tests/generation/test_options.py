@@ -259,8 +259,9 @@ def test_options_are_kept_hashable_and_reach_the_sampler():
         suppressed_token_ids=[7, 3, 7],
         forced_first_token_id=4,
     )
-    assert sampler.suppressed_token_ids == (3, 7)
-    assert sampler.early_stopping == "never" and sampler.forced_first_token_id == 4
+    suppress, first = sampler.logits_processors
+    assert suppress.ids == (3, 7) and first.token_id == 4
+    assert sampler.early_stopping == "never"
     hash(sampler.config())
     other = kt.generation.get_sampler("beam", num_beams=2, rules="transformers")
     assert sampler.config() != other.config()

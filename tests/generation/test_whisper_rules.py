@@ -1,5 +1,5 @@
-"""Whisper's decoding options (`begin_suppressed_token_ids`,
-`suppressed_token_ids`, `timestamp_token_id`, `max_initial_timestamp_index`)
+"""Whisper's decoding rules (the options `begin_suppressed_token_ids` and
+`suppressed_token_ids`, and the processor `whisper_plan.TimestampRules`)
 change the scores exactly as transformers' `SuppressTokensAtBeginLogitsProcessor`,
 `SuppressTokensLogitsProcessor` and `WhisperTimeStampLogitsProcessor`, in
 transformers' order, on token histories that reach every rule: the first
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
+from keras_transformer.pretrained.whisper_plan import TimestampRules
 from tests.helpers import reference_import
 
 V, END, NO_TIMESTAMPS, BEGIN = 60, 40, 49, 50  # transformers' ids
@@ -52,11 +53,7 @@ def our_scores(scores, history, timestamps=True):
     sampler = kt.generation.GreedySampler(
         suppressed_token_ids=[9 + 1],
         begin_suppressed_token_ids=[7 + 1, END + 1],
-        **(
-            dict(timestamp_token_id=BEGIN + 1, max_initial_timestamp_index=5)
-            if timestamps
-            else {}
-        ),
+        logits_processors=[TimestampRules(BEGIN + 1, 5)] if timestamps else [],
     )
     tokens = np.zeros((1, 16), "int32")
     written = [t + 1 for t in PROMPT + history]  # our ids

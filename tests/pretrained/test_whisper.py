@@ -16,6 +16,7 @@ import pytest
 from safetensors.numpy import load_file
 
 import keras_transformer as kt
+from keras_transformer.pretrained.whisper_plan import TimestampRules
 from tests.helpers import reference_import
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
@@ -86,7 +87,7 @@ def test_greedy_ids_equal_transformers(timestamps):
     options = dict(model.generation_config)
     options["max_new_tokens"] = 12
     if timestamps:
-        options.update(timestamp_token_id=50365, max_initial_timestamp_index=50)
+        options["logits_processors"] = [TimestampRules(50365, 50)]
     tokens = kt.generation.generate(
         model,
         {

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import keras_transformer as kt
-from keras_transformer.export import speech_recognizer as plan
+from keras_transformer.pretrained import whisper_plan as plan
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
 AUDIO = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "audio")
