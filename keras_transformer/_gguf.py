@@ -75,7 +75,8 @@ def open_file(path):
         if found != (number, count):
             raise ValueError(
                 f"{shards[number]!r} is not part {number + 1} of {count} of a split "
-                f"GGUF file (its split.no, split.count: {found})."
+                f"GGUF file (its split.no, split.count: {found}). "
+                f"Received: path={path!r}"
             )
     return GGUFFile.joined(parts)
 
@@ -89,7 +90,8 @@ def _read(path):
         return GGUFFile(path)
     except (ValueError, struct.error, UnicodeDecodeError, OverflowError) as error:
         raise ValueError(
-            f"Cannot read {path!r} as a GGUF file (broken or truncated?): {error}"
+            f"Cannot read {path!r} as a GGUF file (broken or truncated?): {error}. "
+            f"Received: path={path!r}"
         ) from None
 
 
@@ -115,11 +117,15 @@ class GGUFFile:
     def __init__(self, path):
         with open(path, "rb") as f:
             self._f = f
-            if f.read(4) != b"GGUF":
-                raise ValueError("no GGUF magic")
+            magic = f.read(4)
+            if magic != b"GGUF":
+                raise ValueError(f"no GGUF magic. Received: magic={magic!r}")
             version, count, fields = self._read("<IQQ")
             if version not in (2, 3):
-                raise ValueError(f"GGUF version {version} (this reads 2 and 3)")
+                raise ValueError(
+                    f"GGUF version {version} (this reads 2 and 3). "
+                    f"Received: version={version!r}"
+                )
             self.metadata = {}
             for _ in range(fields):
                 key = self._string()
@@ -152,14 +158,18 @@ class GGUFFile:
         size = struct.calcsize(fmt)
         data = self._f.read(size)
         if len(data) != size:
-            raise ValueError("the header ends early")
+            raise ValueError(
+                f"the header ends early. Received: {len(data)} of {size} bytes"
+            )
         return struct.unpack(fmt, data)
 
     def _string(self):
         (size,) = self._read("<Q")
         data = self._f.read(size)
         if len(data) != size:
-            raise ValueError("the header ends early")
+            raise ValueError(
+                f"the header ends early. Received: {len(data)} of {size} bytes"
+            )
         return data.decode("utf-8")
 
     def _value(self, kind):
@@ -168,7 +178,7 @@ class GGUFFile:
         if kind == STRING:
             return self._string()
         if kind != ARRAY:
-            raise ValueError(f"metadata value type {kind}")
+            raise ValueError(f"metadata value type {kind}. Received: kind={kind!r}")
         kind, count = self._read("<IQ")
         if kind in SCALARS:  # numbers in one read
             return list(self._read(f"<{count}{SCALARS[kind]}"))
@@ -182,7 +192,10 @@ class GGUFFile:
         block, block_bytes = GGML_QUANT_SIZES[kind]
         n_bytes = int(np.prod(dims, dtype=np.int64)) * block_bytes // block
         if start + offset + n_bytes > size:
-            raise ValueError(f"tensor {name!r} runs past the file's end")
+            raise ValueError(
+                f"tensor {name!r} runs past the file's end. Received: "
+                f"offset={start + offset}, n_bytes={n_bytes} in a file of {size} bytes"
+            )
         return Tensor(name, kind, dims, n_bytes, start + offset, path)
 
 

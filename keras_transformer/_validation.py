@@ -192,7 +192,7 @@ def read_json(path, missing_ok=False):
     if not os.path.isfile(path):
         if missing_ok:
             return None
-        raise FileNotFoundError(f"No such file: {path!r}")
+        raise FileNotFoundError(f"No such file: {path!r}. Received: path={path!r}")
     read = _READ.get()
     if read is None or os.path.getsize(path) > ONCE_LIMIT:
         return _read_json(path)
@@ -209,10 +209,10 @@ def _read_json(path):
     except json.JSONDecodeError as error:
         raise ValueError(
             f"{path!r} is not valid JSON: {error.msg} at line {error.lineno}, "
-            f"column {error.colno}"
+            f"column {error.colno}. Received: path={path!r}"
         ) from None
     except UnicodeDecodeError as error:
         raise ValueError(
             f"{path!r} is not valid JSON: not UTF-8 text ({error.reason} at "
-            f"byte {error.start})"
+            f"byte {error.start}). Received: path={path!r}"
         ) from None

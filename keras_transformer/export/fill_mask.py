@@ -155,19 +155,7 @@ def export_fill_mask(model, tokenizer, path, *, top_k=5, overwrite=False):
         )  # (B, 1, V)
         probabilities = tf.nn.softmax(tf.cast(logits[:, 0], tf.float32), axis=-1)
         score, token_id = tf.math.top_k(probabilities, top_k)  # (B, K)
-        # Each candidate in its text, [CLS] and [SEP] dropped: (B, K, T).
-        ids = tf.cast(packed["token_ids"], tf.int32)
-        at = tf.one_hot(position, tf.shape(ids)[1], on_value=True, off_value=False)
-        filled = tf.where(at[:, None], token_id[:, :, None], ids[:, None])
-        length = tf.reduce_sum(tf.cast(packed["padding_mask"], tf.int32), axis=1)
-        inside = tf.range(tf.shape(ids)[1])[None] < (length - 1)[:, None]
-        inside &= tf.range(tf.shape(ids)[1])[None] > 0  # (B, T)
-        keep = tf.broadcast_to(inside[:, None], tf.shape(filled))
-        kept = tf.ragged.boolean_mask(filled, keep)  # (B, K, None)
-        sequence = tf.reshape(
-            tokenizer.detokenize(kept.merge_dims(0, 1), skip_special_tokens=True),
-            [-1, top_k],
-        )
+        sequence = _filled_texts(tokenizer, packed, position, token_id, top_k)
         error = tf.where(
             tf.strings.regex_full_match(text, r"(?s).*\[MASK\].*"),
             f"the first [MASK] lies past the model's max_sequence_length "
@@ -188,3 +176,20 @@ def export_fill_mask(model, tokenizer, path, *, top_k=5, overwrite=False):
     module.fill_mask = fill_mask
     signatures = {"serving_default": fill_mask, "fill_mask": fill_mask}
     return savedmodel.save(module, signatures, path)
+
+
+def _filled_texts(tokenizer, packed, position, token_id, top_k):
+    """Each candidate `token_id` `(B, K)` at its text's `position`, the text
+    detokenized with [CLS] and [SEP] dropped: strings `(B, K)`."""
+    ids = tf.cast(packed["token_ids"], tf.int32)
+    at = tf.one_hot(position, tf.shape(ids)[1], on_value=True, off_value=False)
+    filled = tf.where(at[:, None], token_id[:, :, None], ids[:, None])  # (B, K, T)
+    length = tf.reduce_sum(tf.cast(packed["padding_mask"], tf.int32), axis=1)
+    inside = tf.range(tf.shape(ids)[1])[None] < (length - 1)[:, None]
+    inside &= tf.range(tf.shape(ids)[1])[None] > 0  # (B, T)
+    keep = tf.broadcast_to(inside[:, None], tf.shape(filled))
+    kept = tf.ragged.boolean_mask(filled, keep)  # (B, K, None)
+    return tf.reshape(
+        tokenizer.detokenize(kept.merge_dims(0, 1), skip_special_tokens=True),
+        [-1, top_k],
+    )

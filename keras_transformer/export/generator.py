@@ -116,9 +116,59 @@ def export_text_generator(
         out = generator.signatures["serving_default"](tf.constant(["Hi"]))
         ```
     """
+    max_new_tokens, end_id = _check_arguments(
+        model,
+        tokenizer,
+        max_new_tokens,
+        end_token,
+        jit_compile,
+        temperature,
+        prompt_lookup_num_tokens,
+        prompt_lookup_max_ngram_size,
+    )
+    path = savedmodel.check_path(path, overwrite)
+    tokenizer = savedmodel.without_sequence_length(tokenizer)
+    decode = tf.function(
+        _decode_function(
+            model, end_id, prompt_lookup_num_tokens, prompt_lookup_max_ngram_size
+        ),
+        jit_compile=jit_compile,
+    )
+    lookup = prompt_lookup_num_tokens is not None
+    generate = _generate_function(
+        tokenizer, decode, model.max_sequence_length, max_new_tokens, end_id, lookup
+    )
+
+    @tf.function(input_signature=[savedmodel.string_spec("prompts")])
+    def serve(prompts):
+        return generate(
+            prompts, tf.constant(max_new_tokens), tf.constant(float(temperature))
+        )
+
+    module = tf.Module()
+    module.tokenizer = tokenizer
+    module.generate = generate
+    module.serve = serve
+    return savedmodel.save(
+        module, {"serving_default": serve, "generate": generate}, path
+    )
+
+
+def _check_arguments(
+    model,
+    tokenizer,
+    max_new_tokens,
+    end_token,
+    jit_compile,
+    temperature,
+    prompt_lookup_num_tokens,
+    prompt_lookup_max_ngram_size,
+):
+    """`export_text_generator`'s checks, before any work: its
+    `max_new_tokens` (None: all but a first token) and end ids (None, an
+    id, or a list)."""
     savedmodel.check_model(model, CausalLM, "export_text_generator")
     limit = model.max_sequence_length  # L
-    path = savedmodel.check_path(path, overwrite)
     if max_new_tokens is None:
         max_new_tokens = limit - 1
     max_new_tokens = savedmodel.check_max_new_tokens(
@@ -140,33 +190,38 @@ def export_text_generator(
     savedmodel.check_tokenizer(tokenizer, "tokenizer", model.vocabulary_size)
     end_id = savedmodel.end_token_ids(
         tokenizer, "end_token", end_token, allow_none=True
-    )  # None, an id, or a list of ids
-    tokenizer = savedmodel.without_sequence_length(tokenizer)
-    # An empty prompt's first token: the (first) end token, or any id if there
-    # is none (those rows are blanked afterwards).
-    first_id = 1 if end_id is None else int(np.reshape(end_id, [-1])[0])
-    cap = max_new_tokens
+    )
+    return max_new_tokens, end_id
+
+
+def _decode_function(model, end_id, lookup_tokens, lookup_ngram):
+    """`(tokens (B, L), start, stop, seed, temperature) -> (tokens,
+    stats)`: stats int32 `(2,)` are prompt lookup's `[steps, kept
+    proposals]`, zeros without it."""
 
     def decode(tokens, start, stop, seed, temperature):
-        """`(tokens (B, L), stats)`: stats int32 `(2,)` are prompt lookup's
-        `[steps, kept proposals]`, zeros without it."""
         batch = tf.shape(tokens)[0]
         source = tf.zeros([batch, 1], tf.int32)  # unused by a decoder-only model
         end_token_id = tf.constant(-1 if end_id is None else end_id, tf.int32)
         sampler = RequestSampler(temperature)
-        if prompt_lookup_num_tokens is None:
+        if lookup_tokens is None:
             body = decode_function(model, sampler)
             tokens = body(tokens, source, start, stop, end_token_id, seed)
             return tokens, tf.zeros([2], tf.int32)
         body = speculative_decode_function(
-            model,
-            sampler,
-            prompt_lookup_num_tokens,
-            max_ngram_size=prompt_lookup_max_ngram_size,
+            model, sampler, lookup_tokens, max_ngram_size=lookup_ngram
         )
         return body(tokens, source, start, stop, end_token_id, seed)
 
-    decode = tf.function(decode, jit_compile=jit_compile)
+    return decode
+
+
+def _generate_function(tokenizer, decode, limit, cap, end_id, lookup):
+    """The `generate` signature: prompts, `max_new_tokens` (clipped to
+    `cap`) and temperature in; text, generated text and ids out."""
+    # An empty prompt's first token: the (first) end token, or any id if there
+    # is none (those rows are blanked afterwards).
+    first_id = 1 if end_id is None else int(np.reshape(end_id, [-1])[0])
 
     @tf.function(
         input_signature=[
@@ -206,22 +261,12 @@ def export_text_generator(
             "generated_text": _continuation(tokenizer, text, visible, lengths),
             "token_ids": tokens,
         }
-        if prompt_lookup_num_tokens is not None:
+        if lookup:
             outputs["lookup_steps"] = stats[0]
             outputs["lookup_kept"] = stats[1]
         return outputs
 
-    @tf.function(input_signature=[savedmodel.string_spec("prompts")])
-    def serve(prompts):
-        return generate(prompts, tf.constant(cap), tf.constant(float(temperature)))
-
-    module = tf.Module()
-    module.tokenizer = tokenizer
-    module.generate = generate
-    module.serve = serve
-    return savedmodel.save(
-        module, {"serving_default": serve, "generate": generate}, path
-    )
+    return generate
 
 
 def _continuation(tokenizer, text, visible, lengths):

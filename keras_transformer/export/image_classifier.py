@@ -107,15 +107,55 @@ def export_image_classifier(
     label, error = out["label"].numpy()[0], out["error"].numpy()[0]
     ```
     """
+    mean, std = _check_arguments(model, labels, scale, mean, std, jit_compile)
+    path = savedmodel.check_path(path, overwrite)
+    num_classes = model.num_classes
+    names = tf.constant(
+        [str(i) for i in range(num_classes)] if labels is None else list(labels)
+    )
+    decode = _decode_function(model.num_channels, model.image_size, scale, mean, std)
+    forward = tf.function(
+        lambda pixels: model(pixels, training=False), jit_compile=jit_compile
+    )
+
+    @tf.function(input_signature=[savedmodel.string_spec("image_bytes")])
+    def classify(image_bytes):
+        batch = tf.shape(image_bytes, out_type=tf.int64)[0]
+        kind = _format_names(image_bytes)  # the format's name, or ""
+        candidates = kind != ""
+        rows, pixels = decode(image_bytes, candidates)  # (K,), (K, S, S, C)
+        logits = forward(pixels)  # (K, N)
+        probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+        class_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+        at = rows[:, None]  # (K, 1)
+        decoded = tf.scatter_nd(at, tf.ones_like(rows, tf.bool), [batch])  # (B,)
+        probabilities = tf.scatter_nd(at, probabilities, [batch, num_classes])
+        class_id = tf.scatter_nd(at, class_id + 1, [batch]) - 1  # -1: not decoded
+        label = tf.where(decoded, tf.gather(names, tf.maximum(class_id, 0)), "")
+        return {
+            "label": label,
+            "class_id": class_id,
+            "probabilities": probabilities,
+            "error": tf.where(decoded, "", _errors(image_bytes, kind, candidates)),
+        }
+
+    module = tf.Module()
+    module.classify = classify
+    signatures = {"serving_default": classify, "classify": classify}
+    return savedmodel.save(module, signatures, path)
+
+
+def _check_arguments(model, labels, scale, mean, std, jit_compile):
+    """`export_image_classifier`'s checks, before any work: the per-channel
+    `(mean, std)`."""
     savedmodel.check_model(model, ViT, "export_image_classifier")
-    channels, size = model.num_channels, model.image_size  # C, S
+    channels = model.num_channels
     if channels not in (1, 3):
         raise ValueError(
             "`export_image_classifier` needs a ViT for grayscale (num_channels=1) "
             "or RGB (num_channels=3) images. Received: model with "
             f"num_channels={channels!r}"
         )
-    path = savedmodel.check_path(path, overwrite)
     num_classes = model.num_classes
     if labels is not None and (
         isinstance(labels, str)
@@ -131,17 +171,18 @@ def export_image_classifier(
     mean = _per_channel("mean", mean, channels, default=0.0)
     std = _per_channel("std", std, channels, default=1.0, positive=True)
     validation.check_bool("jit_compile", jit_compile)
-    names = tf.constant(
-        [str(i) for i in range(num_classes)] if labels is None else list(labels)
-    )
+    return mean, std
+
+
+def _decode_function(channels, size, scale, mean, std):
+    """`(image_bytes (B,), candidates (B,)) -> (rows (K,), pixels (K, S, S,
+    C))`: the candidate rows that decode, and their pixels."""
 
     def preprocess(data):
-        """One file's bytes -> float32 `(S, S, C)`, or an error."""
         image = tf.io.decode_image(data, channels=0, expand_animations=False)
         return preprocess_image(image, channels, size, scale, mean, std)
 
     def decode(image_bytes, candidates):
-        """The rows that decode `(K,)` and their pixels `(K, S, S, C)`."""
         rows = tf.where(candidates)[:, 0]
         dataset = tf.data.Dataset.from_tensor_slices(
             (rows, tf.gather(image_bytes, rows))
@@ -164,53 +205,35 @@ def export_image_classifier(
             ),
         )
 
-    forward = tf.function(
-        lambda pixels: model(pixels, training=False), jit_compile=jit_compile
+    return decode
+
+
+def _format_names(image_bytes):
+    """Each input's image format by its first bytes (`FORMATS`), or ""."""
+    # The first 16 bytes, padded with 16 zeros: substr raises past the end.
+    head = tf.strings.join([tf.strings.substr(image_bytes, 0, 16), "\0" * 16])
+    kind = tf.fill(tf.shape(image_bytes), "")
+    for name, parts in FORMATS:
+        match = tf.ones_like(image_bytes, tf.bool)
+        for offset, part in parts:
+            match &= tf.strings.substr(head, offset, len(part)) == part
+        kind = tf.where(match, name, kind)
+    return kind
+
+
+def _errors(image_bytes, kind, candidates):
+    """Why each input would not decode (read only where it did not)."""
+    return tf.where(
+        candidates,
+        tf.strings.join(
+            ["could not decode image: corrupt or truncated ", kind, " data"]
+        ),
+        tf.where(
+            tf.strings.length(image_bytes) == 0,
+            "could not decode image: the input is empty",
+            "could not decode image: not a PNG, JPEG, GIF, BMP or WebP file",
+        ),
     )
-
-    @tf.function(input_signature=[savedmodel.string_spec("image_bytes")])
-    def classify(image_bytes):
-        batch = tf.shape(image_bytes, out_type=tf.int64)[0]
-        # The first 16 bytes, padded with 16 zeros: substr raises past the end.
-        head = tf.strings.join([tf.strings.substr(image_bytes, 0, 16), "\0" * 16])
-        kind = tf.fill(tf.shape(image_bytes), "")  # the format's name, or ""
-        for name, parts in FORMATS:
-            match = tf.ones_like(image_bytes, tf.bool)
-            for offset, part in parts:
-                match &= tf.strings.substr(head, offset, len(part)) == part
-            kind = tf.where(match, name, kind)
-        candidates = kind != ""
-        rows, pixels = decode(image_bytes, candidates)  # (K,), (K, S, S, C)
-        logits = forward(pixels)  # (K, N)
-        probabilities = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
-        class_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
-        at = rows[:, None]  # (K, 1)
-        decoded = tf.scatter_nd(at, tf.ones_like(rows, tf.bool), [batch])  # (B,)
-        probabilities = tf.scatter_nd(at, probabilities, [batch, num_classes])
-        class_id = tf.scatter_nd(at, class_id + 1, [batch]) - 1  # -1: not decoded
-        label = tf.where(decoded, tf.gather(names, tf.maximum(class_id, 0)), "")
-        error = tf.where(
-            candidates,
-            tf.strings.join(
-                ["could not decode image: corrupt or truncated ", kind, " data"]
-            ),
-            tf.where(
-                tf.strings.length(image_bytes) == 0,
-                "could not decode image: the input is empty",
-                "could not decode image: not a PNG, JPEG, GIF, BMP or WebP file",
-            ),
-        )
-        return {
-            "label": label,
-            "class_id": class_id,
-            "probabilities": probabilities,
-            "error": tf.where(decoded, "", error),
-        }
-
-    module = tf.Module()
-    module.classify = classify
-    signatures = {"serving_default": classify, "classify": classify}
-    return savedmodel.save(module, signatures, path)
 
 
 def preprocess_image(

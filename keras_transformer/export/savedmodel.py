@@ -55,7 +55,8 @@ def check_tokenizer(tokenizer, name, model_vocabulary_size):
     if tokenizer.emitted_vocabulary_size() > model_vocabulary_size:
         raise ValueError(
             f"`{name}` has {tokenizer.emitted_vocabulary_size()} tokens, more "
-            f"than the model's vocabulary_size ({model_vocabulary_size})."
+            f"than the model's vocabulary_size ({model_vocabulary_size}). "
+            f"Received: {name}={tokenizer!r}"
         )
 
 

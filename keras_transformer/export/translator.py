@@ -222,7 +222,6 @@ def _options(arguments):
 def _export(model, source_tokenizer, target_tokenizer, path, options, names):
     caller, signature, input_name, output_name = names
     savedmodel.check_model(model, Seq2SeqLM, caller)
-    source_limit = limit = model.max_sequence_length  # S and T
     path = savedmodel.check_path(path, options["overwrite"])
     settings = options["generation_config"]
     if settings is None:
@@ -231,6 +230,42 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
     prefix = options["prefix"]
     if not isinstance(prefix, str):
         raise ValueError(f"`prefix` must be a string. Received: prefix={prefix!r}")
+    sampler, max_new_tokens = _sampler(model, settings, options)
+    validation.check_bool("jit_compile", options["jit_compile"])
+    for name, tokenizer, size in (
+        ("source_tokenizer", source_tokenizer, model.encoder_vocabulary_size),
+        ("target_tokenizer", target_tokenizer, model.decoder_vocabulary_size),
+    ):
+        savedmodel.check_tokenizer(tokenizer, name, size)
+    ids = (
+        _special_id(model, target_tokenizer, "start_token", options["start_token"],
+                    "[START]", getattr(model, "decoder_start_token_id", None)),
+        _special_id(model, target_tokenizer, "end_token", options["end_token"],
+                    "[END]", settings.get("end_token_id")),
+    )  # fmt: skip
+    source_tokenizer = savedmodel.without_sequence_length(source_tokenizer)
+    target_tokenizer = savedmodel.without_sequence_length(target_tokenizer)
+    decode = tf.function(
+        decode_function(model, sampler), jit_compile=options["jit_compile"]
+    )
+    run = _run_function(
+        model, (source_tokenizer, target_tokenizer), decode, prefix, ids,
+        max_new_tokens, output_name,
+    )  # fmt: skip
+    function = tf.function(run, input_signature=[savedmodel.string_spec(input_name)])
+    module = tf.Module()
+    module.source_tokenizer = source_tokenizer
+    module.target_tokenizer = target_tokenizer
+    setattr(module, signature, function)
+    return savedmodel.save(
+        module, {"serving_default": function, signature: function}, path
+    )
+
+
+def _sampler(model, settings, options):
+    """The checked `(sampler, max_new_tokens)` of an export: greedy, or
+    beam search with `num_beams` and `length_penalty`, under the settings."""
+    limit = model.max_sequence_length
     max_new_tokens = options["max_new_tokens"]
     if max_new_tokens is None:
         max_new_tokens = min(settings.get("max_new_tokens", limit - 1), limit - 1)
@@ -250,7 +285,6 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
             "`length_penalty` must be a number. "
             f"Received: length_penalty={length_penalty!r}"
         )
-    validation.check_bool("jit_compile", options["jit_compile"])
     sampler_options = {
         k: v for k, v in settings.items() if k not in NOT_SAMPLER_OPTIONS
     }
@@ -259,52 +293,25 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
     if num_beams == 1:
         for key in ("rules", "early_stopping"):
             sampler_options.pop(key, None)
-        sampler = get_sampler("greedy", **sampler_options)
-    else:
-        sampler = get_sampler(
-            "beam",
-            num_beams=num_beams,
-            length_penalty=length_penalty,
-            **sampler_options,
-        )
-    savedmodel.check_tokenizer(
-        source_tokenizer,
-        "source_tokenizer",
-        model.encoder_vocabulary_size,
+        return get_sampler("greedy", **sampler_options), max_new_tokens
+    sampler = get_sampler(
+        "beam", num_beams=num_beams, length_penalty=length_penalty, **sampler_options
     )
-    savedmodel.check_tokenizer(
-        target_tokenizer,
-        "target_tokenizer",
-        model.decoder_vocabulary_size,
-    )
-    start_id = _special_id(
-        model,
-        target_tokenizer,
-        "start_token",
-        options["start_token"],
-        "[START]",
-        getattr(model, "decoder_start_token_id", None),
-    )
-    end_id = _special_id(
-        model,
-        target_tokenizer,
-        "end_token",
-        options["end_token"],
-        "[END]",
-        settings.get("end_token_id"),
-    )  # an id, or a list of ids
-    source_tokenizer = savedmodel.without_sequence_length(source_tokenizer)
-    target_tokenizer = savedmodel.without_sequence_length(target_tokenizer)
-    decode = tf.function(
-        decode_function(model, sampler), jit_compile=options["jit_compile"]
-    )
+    return sampler, max_new_tokens
+
+
+def _run_function(model, tokenizers, decode, prefix, ids, max_new_tokens, output):
+    """The signature's function: sentences `(B,)` in, `{output: (B,)}`."""
+    source_tokenizer, target_tokenizer = tokenizers
+    start_id, end_id = ids  # the end: an id, or a list of ids
+    limit = model.max_sequence_length  # S and T
 
     def run(sentences):
         if prefix:  # a T5 task's "summarize: "
             sentences = tf.strings.join([prefix, sentences])
         source = source_tokenizer.tokenize(sentences)
-        source = source_tokenizer.truncate(source, source_limit)
-        source = model.pad_source(source.to_tensor(), source_limit)  # (B, S)
+        source = source_tokenizer.truncate(source, limit)
+        source = model.pad_source(source.to_tensor(), limit)  # (B, S)
         batch = tf.shape(source)[0]
         tokens = tf.pad(tf.fill([batch, 1], start_id), [[0, 0], [0, limit - 1]])
         tokens = decode(
@@ -319,18 +326,9 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
         tokens = tf.where(loop.is_end(tokens, end_id), 0, tokens)
         empty = tf.logical_not(tf.reduce_any(model.source_mask(source), axis=1))
         tokens = tf.where(empty[:, None], 0, tokens)
-        return {
-            output_name: target_tokenizer.detokenize(tokens, skip_special_tokens=True)
-        }
+        return {output: target_tokenizer.detokenize(tokens, skip_special_tokens=True)}
 
-    function = tf.function(run, input_signature=[savedmodel.string_spec(input_name)])
-    module = tf.Module()
-    module.source_tokenizer = source_tokenizer
-    module.target_tokenizer = target_tokenizer
-    setattr(module, signature, function)
-    return savedmodel.save(
-        module, {"serving_default": function, signature: function}, path
-    )
+    return run
 
 
 def _special_id(model, tokenizer, name, token, default, model_id):

@@ -199,7 +199,9 @@ def check_request(
         raise ValueError(
             f"The prompt length ({prompt_length}) plus "
             f"`max_new_tokens` ({max_new_tokens}) "
-            f"is {total}, beyond the model's max_sequence_length ({limit})."
+            f"is {total}, beyond the model's max_sequence_length ({limit}). "
+            f"Received: max_new_tokens={max_new_tokens!r}, prompt of shape "
+            f"{tuple(prompt.shape)}"
         )
     lengths = np.sum(prompt != 0, axis=1)
     if np.any(lengths == 0):

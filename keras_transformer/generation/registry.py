@@ -29,16 +29,19 @@ def get_sampler(sampler, **sampler_args):
         if sampler_args:
             raise ValueError(
                 f"Sampler arguments {sampler_args} were given with a Sampler "
-                f"instance ({type(sampler).__name__}); set them on the instance."
+                f"instance ({type(sampler).__name__}); set them on the instance. "
+                f"Received: sampler={sampler!r}, sampler_args={sampler_args!r}"
             )
         return sampler
     if sampler not in SAMPLERS:
         raise ValueError(
-            f"Unknown `sampler`: {sampler!r}. Valid samplers: {', '.join(SAMPLERS)}"
+            f"Unknown `sampler`: {sampler!r}. Valid samplers: {', '.join(SAMPLERS)}. "
+            f"Received: sampler={sampler!r}"
         )
     try:
         return SAMPLERS[sampler](**sampler_args)
     except TypeError as error:
         raise ValueError(
-            f"Invalid arguments for sampler {sampler!r}: {sampler_args}. ({error})"
+            f"Invalid arguments for sampler {sampler!r}: {sampler_args}. ({error}) "
+            f"Received: sampler={sampler!r}, sampler_args={sampler_args!r}"
         ) from None

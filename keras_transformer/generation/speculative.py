@@ -354,7 +354,8 @@ def check_speculation(
         raise ValueError(
             "`draft_model` must share the model's vocabulary: its "
             f"vocabulary_size is {draft_model.output_vocabulary_size}, the "
-            f"model's {model.output_vocabulary_size}."
+            f"model's {model.output_vocabulary_size}. "
+            f"Received: draft_model={validation.describe(draft_model)}"
         )
     num_tokens = 4 if num_tokens is None else num_tokens
     validation.check_positive_int("num_speculative_tokens", num_tokens)

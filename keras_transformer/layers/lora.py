@@ -43,9 +43,15 @@ class Projection(Int8Matrix, keras.layers.EinsumDense):
         self, rank, lora_alpha=None, a_initializer="he_uniform", b_initializer="zeros"
     ):
         if not self.built:
-            raise ValueError("Cannot enable LoRA on a layer that isn't built.")
+            raise ValueError(
+                "Cannot enable LoRA on a layer that isn't built. "
+                f"Received: layer {self.name!r} with built=False"
+            )
         if self.lora_enabled:
-            raise ValueError(f"LoRA is already enabled on layer {self.name!r}.")
+            raise ValueError(
+                f"LoRA is already enabled on layer {self.name!r}. "
+                f"Received: layer {self.name!r} with lora_enabled=True"
+            )
         if self.quantization_mode not in (None, "int8"):
             raise ValueError(
                 f"LoRA on a {self.quantization_mode} kernel is not supported "

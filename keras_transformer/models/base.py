@@ -126,7 +126,7 @@ class ModelMixin(LoRAMixin, QuantizeMixin, FitMixin):
         if name not in known:
             raise ValueError(
                 f"Unknown {cls.family} preset {name!r}. "
-                f"Known presets: {', '.join(known)}"
+                f"Known presets: {', '.join(known)}. Received: name={name!r}"
             )
         return cls(**{**PRESETS[name]["config"], **overrides})
 

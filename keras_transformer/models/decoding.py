@@ -219,7 +219,8 @@ class Seq2SeqLM(keras.Model):
         if ids.shape[1] > self.max_sequence_length:
             raise ValueError(
                 f"`{name}` has length {ids.shape[1]}, beyond the model's "
-                f"max_sequence_length ({self.max_sequence_length})."
+                f"max_sequence_length ({self.max_sequence_length}). "
+                f"Received: {name} of shape {ids.shape}"
             )
         return ids
 
@@ -385,7 +386,8 @@ def token_ids(name, ids, vocabulary_size):
         row, column = np.argwhere(outside)[0]
         raise ValueError(
             f"`{name}` holds token id {int(ids[row, column])} at [{row}, {column}], "
-            f"outside the model's vocabulary [0, {vocabulary_size})."
+            f"outside the model's vocabulary [0, {vocabulary_size}). "
+            f"Received: {name}[{row}, {column}]={int(ids[row, column])}"
         )
     return ids.astype("int32")
 

@@ -311,7 +311,10 @@ class Whisper(ModelMixin, Seq2SeqLM):
                 f"of 30 s). Received: dtype {frames.dtype}, shape {frames.shape}"
             )
         if not np.isfinite(frames).all():
-            raise ValueError(f"`{name}` holds NaN or infinite values.")
+            raise ValueError(
+                f"`{name}` holds NaN or infinite values. Received: {name} with "
+                f"{int((~np.isfinite(frames)).sum())} non-finite value(s)"
+            )
         return frames.astype("float32")
 
     def pad_source(self, source, length):

@@ -268,7 +268,8 @@ def _check_tied(weights):
             raise ValueError(
                 f"The checkpoint's {copy!r} differs from its {tied!r}; "
                 "kt.models.BERTMaskedLM ties the two (untied decoders are not "
-                "supported)."
+                f"supported). Received: {copy!r} of shape {value.shape}, {tied!r} "
+                f"of shape {source.shape}"
             )
 
 

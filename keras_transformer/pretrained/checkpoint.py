@@ -102,7 +102,8 @@ def read_weights(path, dtype="float32"):
         file = os.path.join(path, name)
         if not os.path.isfile(file):
             raise FileNotFoundError(
-                f"The checkpoint's {INDEX} names a shard that is missing: {file!r}"
+                f"The checkpoint's {INDEX} names a shard that is missing: {file!r}. "
+                f"Received: path={path!r}"
             )
         try:
             size, header = _header(file)
@@ -112,7 +113,8 @@ def read_weights(path, dtype="float32"):
                 weights.add_arrays(load_file(file))
         except Exception as error:  # safetensors raises its own error types
             raise ValueError(
-                f"Cannot read {file!r} as safetensors (broken or truncated?): {error}"
+                f"Cannot read {file!r} as safetensors (broken or truncated?): {error}. "
+                f"Received: path={path!r}"
             ) from None
     if dtype is None:
         return weights
@@ -141,7 +143,10 @@ def _header(file):
     with open(file, "rb") as f:
         size = int.from_bytes(f.read(8), "little")
         if size > os.path.getsize(file) - 8:
-            raise ValueError(f"a header of {size} bytes in a shorter file")
+            raise ValueError(
+                f"a header of {size} bytes in a shorter file. "
+                f"Received: a file of {os.path.getsize(file)} bytes"
+            )
         header = json.loads(f.read(size))
     header.pop("__metadata__", None)
     return size, header
@@ -166,12 +171,19 @@ class TensorFile(collections.abc.Mapping):
         data_size = os.path.getsize(file) - 8 - size
         for name, entry in header.items():
             if entry.get("dtype") not in DTYPES:
-                raise ValueError(f"tensor {name!r} has dtype {entry.get('dtype')!r}")
+                raise ValueError(
+                    f"tensor {name!r} has dtype {entry.get('dtype')!r}. "
+                    f"Received: dtype={entry.get('dtype')!r}"
+                )
             start, end = entry["data_offsets"]
             dtype = numpy_dtype(DTYPES[entry["dtype"]])
             count = int(np.prod(entry["shape"]))
             if end > data_size or end - start != dtype.itemsize * count:
-                raise ValueError(f"tensor {name!r} does not fit its bytes")
+                raise ValueError(
+                    f"tensor {name!r} does not fit its bytes. Received: "
+                    f"data_offsets={[start, end]}, shape={entry['shape']}, "
+                    f"dtype={entry['dtype']!r} in {data_size} data bytes"
+                )
             shape = tuple(entry["shape"])
             self._entries[name] = (file, 8 + size + start, dtype, shape)
 
@@ -354,7 +366,7 @@ def assign(pairs, weights, find_key, ignored=()):
                     "which disagrees with its config.json (expected "
                     f"{tuple(variable.shape)} in our layout"
                     + (f", {len(variables)} times" if several else "")
-                    + ")."
+                    + f"). Received: {key}.shape={tuple(look_up(key).shape)}"
                 )
         values.append((key, variables, to_ours, several))
         arrays = value = None  # not kept: converted again when assigned
@@ -366,7 +378,8 @@ def assign(pairs, weights, find_key, ignored=()):
     if unused:
         raise ValueError(
             f"The checkpoint has {len(unused)} tensor(s) this architecture does "
-            f"not use: {unused[:5]}"
+            f"not use: {unused[:5]}. Received: a checkpoint of "
+            f"{len(weights)} tensor(s)"
         )
     for key, variables, to_ours, several in values:  # then assigned, one by one
         arrays = to_ours(weights[key])

@@ -46,7 +46,9 @@ def build_decoder(
         if head.shape != embedding.shape or not (head == embedding).all():
             raise ValueError(
                 f"The checkpoint's {HEAD!r} differs from its token embedding, "
-                "but the model ties them (tie_word_embeddings=True)."
+                "but the model ties them (tie_word_embeddings=True). "
+                f"Received: {HEAD!r} of shape {head.shape}, token embedding of "
+                f"shape {embedding.shape}"
             )
         ignored += (HEAD,)
     pairs = [pair for pair in weight_pairs(model) if pair[0] not in done]

@@ -83,7 +83,10 @@ def generation_arguments(config, generation, name):
     # One id, or several (any of them ends a sequence, as in transformers).
     ends = list(dict.fromkeys(end)) if isinstance(end, list) else [end]
     if end is None or not ends:
-        raise ValueError(f"This {name} checkpoint has no `eos_token_id`.")
+        raise ValueError(
+            f"This {name} checkpoint has no `eos_token_id`. "
+            f"Received: eos_token_id={end!r}"
+        )
     if not all(isinstance(e, int) and not isinstance(e, bool) for e in ends):
         raise ValueError(
             f"This {name} checkpoint's `eos_token_id` must be an id or a list "

@@ -164,7 +164,8 @@ def _int8_rows(tensor, data):
     if q.min() < -128 or q.max() > 127:  # only a -128 of a negative Q8_0 scale
         raise ValueError(
             f"GGUF tensor {tensor.name!r} has a block that int8 cannot hold "
-            "(-128 with a negative scale)."
+            "(-128 with a negative scale). Received: quantized values in "
+            f"[{int(q.min())}, {int(q.max())}]"
         )
     q = np.where((d == 0)[..., None], 0, q)
     scales = np.where(d == 0, 1.0, 1.0 / np.where(d == 0, 1.0, d))
@@ -207,7 +208,8 @@ def set_int8(model, tensors, projection_layers):
         if tensors.placeholder(name).shape != shape:
             raise ValueError(
                 f"GGUF tensor {name!r} has shape {tensors.placeholder(name).shape}, "
-                f"which disagrees with the file's metadata (expected {shape})."
+                f"which disagrees with the file's metadata (expected {shape}). "
+                f"Received: {name}.shape={tensors.placeholder(name).shape}"
             )
     with collect_once():
         for name in names:

@@ -234,7 +234,8 @@ def build(config, weights):
             raise ValueError(
                 "The checkpoint's 'lm_head.weight' differs from its token "
                 "embedding, but its config.json ties them "
-                "(tie_word_embeddings=True)."
+                "(tie_word_embeddings=True). Received: 'lm_head.weight' of shape "
+                f"{head.shape}, token embedding of shape {embedding.shape}"
             )
     buffers = [key for key in weights if BUFFER.search(key)]
     buffers += [HEAD] if model.tie_word_embeddings else []

@@ -27,15 +27,19 @@ def find_key(weights, name, candidates=None, kind="", aspect="sizes"):
         nor = f" (nor {others[0]!r})" if len(others) == 1 else f" (nor {others})"
     raise ValueError(
         f"The checkpoint has no tensor {name!r}{nor}; it does not look like a "
-        f"{kind}checkpoint of its config.json's {aspect}."
+        f"{kind}checkpoint of its config.json's {aspect}. Received: "
+        f"{len(weights)} tensor(s), such as {sorted(weights)[:3]}"
     )
 
 
 def check_tied(weights, key, table, message):
-    """A ValueError `message` if the checkpoint holds `key` and it is not
-    `table` (a copy its config ties to the table, which carries no weights
-    of its own)."""
+    """A ValueError `message` (then the shapes received) if the checkpoint
+    holds `key` and it is not `table` (a copy its config ties to the table,
+    which carries no weights of its own)."""
     if key in weights:
         copy = weights[key]
         if copy.shape != table.shape or not np.array_equal(copy, table):
-            raise ValueError(message)
+            raise ValueError(
+                f"{message} Received: {key!r} of shape {copy.shape}, table of "
+                f"shape {table.shape}"
+            )

@@ -227,7 +227,8 @@ def arguments_to_config(model, dtype):
     if (model.rope_scaling or {}).get("rope_type") == "frequency_factors":
         raise ValueError(
             "A model with 'frequency_factors' rope scaling (llama.cpp's "
-            "rope_freqs.weight) has no Hugging Face config: transformers has none."
+            "rope_freqs.weight) has no Hugging Face config: transformers has none. "
+            f"Received: rope_scaling={model.rope_scaling!r}"
         )
     rope = {"rope_theta": model.rope_theta, "rope_type": "default"}
     if model.rope_scaling is not None:

@@ -112,7 +112,10 @@ def load(model, path):
     for module, pair in found.items():
         a, b = pair.get("A"), pair.get("B")
         if a is None or b is None:
-            raise ValueError(f"The adapter lacks lora_A or lora_B of {module!r}.")
+            raise ValueError(
+                f"The adapter lacks lora_A or lora_B of {module!r}. "
+                f"Received: lora_{''.join(sorted(pair))} alone in path={path!r}"
+            )
         r = int(_pattern_value(config.get("rank_pattern"), module, config["r"]))
         alpha = float(
             _pattern_value(config.get("alpha_pattern"), module, config["lora_alpha"])

@@ -178,7 +178,8 @@ def layout_of(model):
     if model.activation not in ACTIVATIONS.values():
         raise ValueError(
             f"`activation` {model.activation!r} has no Hugging Face name "
-            f"(supported: {sorted(set(ACTIVATIONS.values()))})."
+            f"(supported: {sorted(set(ACTIVATIONS.values()))}). "
+            f"Received: activation={model.activation!r}"
         )
     return matching[0]
 
@@ -357,7 +358,9 @@ def build(config, weights, generation=None):
         ):
             raise ValueError(
                 f"The checkpoint's {key!r} differs from its shared token table; "
-                "kt.models.Seq2Seq ties them (untied embeddings are not supported)."
+                "kt.models.Seq2Seq ties them (untied embeddings are not supported). "
+                f"Received: {key!r} of shape {weights[key].shape}, shared table of "
+                f"shape {None if shared is None else shared.shape}"
             )
     model = Seq2Seq(**arguments)
     if "final_logits_bias" not in weights:  # some exports leave the zeros out

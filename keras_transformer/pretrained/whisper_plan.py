@@ -14,6 +14,7 @@ from keras_transformer import _validation as validation
 from keras_transformer.generation import loop
 from keras_transformer.generation.options import check_count
 from keras_transformer.generation.processors import LogitsProcessor
+from keras_transformer.generation.registry import get_sampler
 from keras_transformer.layers import LogMelSpectrogram
 from keras_transformer.models.whisper import Whisper
 from keras_transformer.text.whisper_tokenizer import TASKS, WhisperTokenizer
@@ -56,6 +57,30 @@ def check_options(
     validation.check_positive_int("max_new_tokens", max_new_tokens, allow_none=True)
     validation.check_positive_int("num_beams", num_beams)
     return None if language is None else tokenizer.language_token(language)
+
+
+# The samplers `transcribe` takes by name (beam search is `num_beams`).
+SAMPLERS = ("greedy", "temperature", "top_k", "top_p")
+
+
+def check_sampler(sampler, num_beams, seed, sampler_args):
+    """`generate`'s sampler keywords of a transcription (empty for the
+    default), checked: a sampler name, its arguments, a seed."""
+    if sampler is None:
+        if sampler_args:
+            raise ValueError(
+                "Sampler arguments need a `sampler`. Received: "
+                f"sampler=None with {sampler_args}"
+            )
+        return {} if seed is None else {"seed": seed}
+    validation.check_choice("sampler", sampler, SAMPLERS)
+    if num_beams > 1:
+        raise ValueError(
+            "`sampler` decodes one beam: leave it out with `num_beams`. "
+            f"Received: sampler={sampler!r} with num_beams={num_beams!r}"
+        )
+    get_sampler(sampler, **sampler_args)  # a ValueError naming a bad one
+    return {"sampler": sampler, "seed": seed, **sampler_args}
 
 
 def multilingual(model):

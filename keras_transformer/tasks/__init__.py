@@ -9,6 +9,7 @@ comes from a Hugging Face folder (`Task.from_pretrained(path)`, or
 
 from keras_transformer.tasks.base import Task
 from keras_transformer.tasks.fill_mask import FillMask
+from keras_transformer.tasks.generation_request import GenerationOptions
 from keras_transformer.tasks.image_classifier import ImageClassifier
 from keras_transformer.tasks.registry import from_pretrained, load
 from keras_transformer.tasks.sentence_encoder import SentenceEncoder
@@ -20,6 +21,7 @@ from keras_transformer.tasks.translator import Summarizer, Translator
 
 __all__ = [
     "FillMask",
+    "GenerationOptions",
     "ImageClassifier",
     "SentenceEncoder",
     "SpeechRecognizer",

@@ -109,7 +109,8 @@ def _decode(data, described, sampling_rate, rate):
     if sampling_rate is not None and sampling_rate != file_rate:
         raise ValueError(
             f"`sampling_rate` ({sampling_rate!r}) disagrees with the file's "
-            f"({file_rate}) for {described}."
+            f"({file_rate}) for {described}. "
+            f"Received: sampling_rate={sampling_rate!r}"
         )
     name = described.split("=")[0].split(" ")[0]
     if file_rate != rate:
@@ -159,5 +160,7 @@ def _soundfile(data, described, kind):
     try:
         samples, file_rate = soundfile.read(io.BytesIO(data), dtype="float32")
     except Exception as error:  # soundfile raises its own LibsndfileError
-        raise ValueError(f"`{described}` could not be read as audio: {error}") from None
+        raise ValueError(
+            f"`{described}` could not be read as audio: {error}. Received: {described}"
+        ) from None
     return np.asarray(samples, "float32").reshape(len(samples), -1), int(file_rate)

@@ -14,23 +14,16 @@ GENERATION_KEYS = ("do_sample", "temperature", "top_k", "top_p", "repetition_pen
 SAMPLING_DEFAULTS = {"temperature": 1.0, "top_k": 50, "top_p": 1.0}
 
 
-class _DefaultSampler(str):
-    """`generate`'s default `sampler`: the task's generation settings where
-    they sample, else greedy. It equals `"greedy"`, so the signature reads
-    as it always has, but an explicit `"greedy"` is another object."""
-
-
-DEFAULT_SAMPLER = _DefaultSampler("greedy")
-
-
 def of_call(generation_config, sampler, repetition_penalty, sampler_args):
     """`(sampler, repetition_penalty, sampler_args)` of a call: its own,
-    with the task's `generation_config` where the call leaves them out."""
+    with the task's `generation_config` where the call leaves them out (a
+    `sampler` of None: the config's where it samples, else greedy, as the
+    seq2seq tasks read None)."""
     settings = generation_config
     if repetition_penalty is None and settings.get("repetition_penalty", 1.0) != 1:
         repetition_penalty = settings["repetition_penalty"]
-    if sampler is not DEFAULT_SAMPLER or not settings.get("do_sample"):
-        return sampler, repetition_penalty, sampler_args
+    if sampler is not None or not settings.get("do_sample"):
+        return sampler or "greedy", repetition_penalty, sampler_args
     arguments = {k: settings.get(k, v) for k, v in SAMPLING_DEFAULTS.items()}
     return "top_p", repetition_penalty, {**arguments, **sampler_args}
 

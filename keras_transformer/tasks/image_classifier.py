@@ -275,7 +275,9 @@ def decode(index, item):
             image = tf.io.decode_image(item, channels=0, expand_animations=False)
         except tf.errors.InvalidArgumentError:
             raise ValueError(
-                f"`{name}` could not be decoded: corrupt or truncated {kind} data."
+                f"`{name}` could not be decoded: corrupt or truncated {kind} data. "
+                f"Received: {name}={item[:16]!r}{'...' if len(item) > 16 else ''} "
+                f"({len(item)} bytes)"
             ) from None
         return tf.cast(image, tf.float32)
     if (

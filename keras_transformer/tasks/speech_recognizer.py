@@ -93,6 +93,9 @@ class SpeechRecognizer(Task):
         return_timestamps=False,
         max_new_tokens=None,
         num_beams=1,
+        sampler=None,
+        seed=None,
+        **sampler_args,
     ):
         """Text of speech.
 
@@ -115,6 +118,14 @@ class SpeechRecognizer(Task):
                 as transformers' beam search does (its
                 `automatic-speech-recognition` pipeline searches 5 where
                 the folder sets no `num_beams`).
+            sampler: None decodes greedily (or with `num_beams`); a sampler
+                name, `"greedy"`, `"temperature"`, `"top_k"` or `"top_p"`,
+                samples (with one beam) under Whisper's rules, as the other
+                tasks' `sampler` does. Only a name: the checkpoint's
+                suppressed ids and the timestamp rules join it.
+            seed: the seed of sampling samplers.
+            **sampler_args: the sampler's arguments (`temperature`,
+                `top_k`, `top_p`).
 
         Returns:
             A string (or dict) for one input, else a list of them.
@@ -128,6 +139,7 @@ class SpeechRecognizer(Task):
         language = plan.check_options(
             self.tokenizer, language, task, return_timestamps, max_new_tokens, num_beams
         )
+        sampling = plan.check_sampler(sampler, num_beams, seed, sampler_args)
         single = audio_inputs.is_single(audio)
         inputs = [audio] if single else list(audio)
         # Every input is read and checked before any is computed with.
@@ -157,6 +169,7 @@ class SpeechRecognizer(Task):
             max_new_tokens,
             num_beams,
         )
+        options.update(sampling)
         tokens = generate(
             self.model,
             {"encoder_features": frames, "decoder_token_ids": prompts},

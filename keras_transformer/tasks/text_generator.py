@@ -21,7 +21,10 @@ from keras_transformer.models import CausalLM
 from keras_transformer.tasks import generation_settings as settings
 from keras_transformer.tasks import inputs, text_stream
 from keras_transformer.tasks.base import Task
-from keras_transformer.tasks.generation_request import GenerationRequest
+from keras_transformer.tasks.generation_request import (
+    GenerationOptions,
+    GenerationRequest,
+)
 from keras_transformer.text import causal_lm_dataset
 from keras_transformer.training import (
     MaskedAccuracy,
@@ -93,7 +96,7 @@ class TextGenerator(Task):
         prompts,
         *,
         max_new_tokens=32,
-        sampler=settings.DEFAULT_SAMPLER,
+        sampler=None,
         seed=None,
         stop=None,
         num_return_sequences=1,
@@ -122,9 +125,10 @@ class TextGenerator(Task):
                 as a translation is as long as its source).
             sampler: `"greedy"`, `"temperature"`, `"top_k"`, `"top_p"`,
                 `"beam"`, or a `kt.generation.Sampler` (see
-                `kt.generation.generate`). Left out: greedy, or the task's
+                `kt.generation.generate`). None (the default): the task's
                 `generation_config` where it samples (a folder's
-                `generation_config.json` with `do_sample: true`).
+                `generation_config.json` with `do_sample: true`), else
+                greedy, as the seq2seq tasks and `transcribe` read None.
             seed: int seed for the samplers that draw.
             stop: a string or a list of strings; a text ends at the first
                 occurrence of any of them in its generated text (one
@@ -160,22 +164,20 @@ class TextGenerator(Task):
             of strings.
         """
         single, texts = inputs.check_texts("prompts", prompts)
+        options = GenerationOptions(
+            max_new_tokens=max_new_tokens,
+            sampler=sampler,
+            seed=seed,
+            stop=stop,
+            num_return_sequences=num_return_sequences,
+            repetition_penalty=repetition_penalty,
+            return_full_text=return_full_text,
+            stream=stream,
+            stream_chunk_size=stream_chunk_size,
+            sampler_args=sampler_args,
+        )
         return self._generate(
-            GenerationRequest.of_call(
-                self,
-                texts,
-                single=single,
-                max_new_tokens=max_new_tokens,
-                sampler=sampler,
-                seed=seed,
-                stop=stop,
-                num_return_sequences=num_return_sequences,
-                repetition_penalty=repetition_penalty,
-                return_full_text=return_full_text,
-                stream=stream,
-                stream_chunk_size=stream_chunk_size,
-                sampler_args=sampler_args,
-            )
+            GenerationRequest.of_texts(self, texts, options, single=single)
         )
 
     def _generate(self, request):
@@ -206,7 +208,7 @@ class TextGenerator(Task):
 
     @positional_deprecated("max_new_tokens", "sampler", "seed", "stop", "stream")
     def chat(
-        self, messages, *, max_new_tokens=256, sampler=settings.DEFAULT_SAMPLER,
+        self, messages, *, max_new_tokens=256, sampler=None,
         seed=None, stop=None, stream=False, **options,
     ):  # fmt: skip
         """The assistant's reply to a conversation.
@@ -252,25 +254,19 @@ class TextGenerator(Task):
         ends = self.end_ids()
         if isinstance(eos, str) and eos in self.tokenizer.get_vocabulary():
             ends = tuple(dict.fromkeys((*ends, self.tokenizer.token_to_id(eos))))
-        return self._generate(
-            GenerationRequest.of_call(
-                self,
-                [""],
-                single=True,
-                rows=[row],
-                ends=ends,
-                max_new_tokens=max_new_tokens,
-                sampler=sampler,
-                seed=seed,
-                stop=stop,
-                repetition_penalty=options.pop("repetition_penalty", None),
-                stream=stream,
-                stream_chunk_size=options.pop("stream_chunk_size", None),
-                sampler_args=options,
-                # The turns of a conversation reuse one compiled loop.
-                min_buffer_length=CONVERSATION_BUFFER,
-            )
+        options = GenerationOptions(
+            max_new_tokens=max_new_tokens,
+            sampler=sampler,
+            seed=seed,
+            stop=stop,
+            repetition_penalty=options.pop("repetition_penalty", None),
+            stream=stream,
+            stream_chunk_size=options.pop("stream_chunk_size", None),
+            sampler_args=options,
+            # The turns of a conversation reuse one compiled loop.
+            min_buffer_length=CONVERSATION_BUFFER,
         )
+        return self._generate(GenerationRequest.of_rows(self, row, ends, options))
 
     def end_ids(self):
         """The end ids as a tuple (empty for none)."""

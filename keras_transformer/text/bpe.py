@@ -52,12 +52,17 @@ def _read(value, name, reader):
     if isinstance(value, str | os.PathLike):
         path = os.fspath(value)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"`{name}` file not found: {path!r}")
+            raise FileNotFoundError(
+                f"`{name}` file not found: {path!r}. Received: {name}={path!r}"
+            )
         try:
             with open(path, encoding="utf-8") as f:
                 return reader(f)
         except (ValueError, UnicodeDecodeError) as error:
-            raise ValueError(f"`{name}` file {path!r} is malformed: {error}") from None
+            raise ValueError(
+                f"`{name}` file {path!r} is malformed: {error}. "
+                f"Received: {name}={path!r}"
+            ) from None
     return value
 
 
@@ -95,7 +100,10 @@ def read_merges(merges):
         if isinstance(line, tuple | list) and len(line) == 2:
             line = " ".join(line)
         if not isinstance(line, str):
-            raise ValueError(f"`merges` line {number} is not a string: {line!r}")
+            raise ValueError(
+                f"`merges` line {number} is not a string: {line!r}. "
+                f"Received: merges[{number - 1}]={line!r}"
+            )
         if (number == 1 and line.startswith("#version")) or not line.strip():
             continue
         parts = line.split(" ")
@@ -243,7 +251,8 @@ class BytePairTokenizer(ChatTemplateMixin, Tokenizer):
                 if token not in self._token_to_id:
                     raise ValueError(
                         f"`merges` has the merge {left!r} {right!r} (rank {rank}), "
-                        f"but `vocabulary` lacks the token {token!r}."
+                        f"but `vocabulary` lacks the token {token!r}. Received: a "
+                        f"vocabulary of {size} tokens without {token!r}"
                     )
             key = self._token_to_id[left] * size + self._token_to_id[right]
             table.setdefault(key, rank * size + self._token_to_id[left + right])

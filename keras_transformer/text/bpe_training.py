@@ -93,7 +93,9 @@ def build_bpe_vocabulary(
         )
     counts = count_bpe_words(data, verbose)
     if not counts:
-        raise ValueError("`data` has no words: the corpus is empty.")
+        raise ValueError(
+            f"`data` has no words: the corpus is empty. Received: data={data!r:.80}"
+        )
     logging.info("Learning BPE merges from %d distinct words", len(counts))
     tokens, merges, _ = _train(counts, vocabulary_size - smallest, set(special_tokens))
     if len(tokens) + len(special_tokens) < vocabulary_size:

@@ -114,7 +114,7 @@ def _compile(template):
         extensions=[Generation, jinja2.ext.loopcontrols],
     )
     environment.filters["tojson"] = _tojson
-    environment.globals["raise_exception"] = _raise
+    environment.globals["raise_exception"] = jinja2.pass_context(_raise)
     environment.globals["strftime_now"] = _strftime_now
     try:
         return environment.from_string(template)
@@ -136,8 +136,17 @@ def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=F
     )
 
 
-def _raise(message):
-    raise ValueError(f"The chat template refused the messages: {message}")
+def _raise(context, message):
+    """The template's `raise_exception(message)`; the error also shows the
+    messages the template was given (not a `set` that replaced them)."""
+    messages = context.parent.get("messages", context.get("messages"))
+    if isinstance(messages, list | tuple):
+        shown = checks.preview(messages, 3)
+    else:
+        shown = repr(messages)
+    raise ValueError(
+        f"The chat template refused the messages: {message} Received: messages={shown}"
+    )
 
 
 def _strftime_now(format):

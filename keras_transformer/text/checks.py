@@ -31,7 +31,9 @@ def read_vocabulary(vocabulary, name="vocabulary"):
     if isinstance(vocabulary, str | os.PathLike):
         path = os.fspath(vocabulary)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"Vocabulary file not found: {path!r}")
+            raise FileNotFoundError(
+                f"Vocabulary file not found: {path!r}. Received: {name}={path!r}"
+            )
         with open(path, encoding="utf-8") as f:
             return [line.rstrip("\r\n") for line in f]
     if isinstance(vocabulary, bytes) or not hasattr(vocabulary, "__iter__"):

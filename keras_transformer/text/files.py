@@ -20,7 +20,9 @@ IMDB_SHA256 = "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe"
 def _check_file(path):
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"Text file not found: {path!r}")
+        raise FileNotFoundError(
+            f"Text file not found: {path!r}. Received: path={path!r}"
+        )
     return path
 
 
@@ -151,7 +153,7 @@ def load_labeled_text(path, class_names=None):
         if label not in index:
             raise ValueError(
                 f"{path}, line {number}: label {label!r} is not one of "
-                f"class_names={class_names!r}"
+                f"class_names={class_names!r}. Received: label={label!r}"
             )
     texts = ["\t".join(fields[:-1]) for _, fields in rows]
     dataset = tf.data.Dataset.from_tensor_slices(

@@ -231,7 +231,8 @@ def _check_scores(tokens, scores, kinds, path):
                     f"{path!r}: the pieces {seen[score]!r} and {token!r} share "
                     f"the score {score}, which makes transformers' merges and "
                     "SentencePiece's differ: SentencePiece GGUF tokenizers need "
-                    "a distinct score for each piece formed by merging."
+                    "a distinct score for each piece formed by merging. "
+                    f"Received: score={score!r} for {seen[score]!r} and {token!r}"
                 )
             seen[score] = token
 

@@ -161,7 +161,8 @@ def _sentencepiece(path, config, data, chat):
     if gemma or not os.path.isfile(file):
         if data is None:
             raise FileNotFoundError(
-                f"A SentencePiece tokenizer needs {SPM}; {file!r} is missing."
+                f"A SentencePiece tokenizer needs {SPM}; {file!r} is missing. "
+                f"Received: path={path!r}"
             )
         # Only tokenizer.json: its own pipeline, as `tokenizers` runs it.
         file = os.path.join(path, TOKENIZER)

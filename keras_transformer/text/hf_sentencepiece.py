@@ -36,7 +36,11 @@ def proto_from_tokenizer_json(data, file):
         vocabulary.setdefault(token["content"], token["id"])
     tokens = sorted(vocabulary, key=vocabulary.get)
     if [vocabulary[t] for t in tokens] != list(range(len(tokens))):
-        raise ValueError(f"{file!r}: the vocabulary's ids must be 0..N-1, each once.")
+        raise ValueError(
+            f"{file!r}: the vocabulary's ids must be 0..N-1, each once. Received: "
+            f"{len(tokens)} tokens with ids {vocabulary[tokens[0]]!r} to "
+            f"{vocabulary[tokens[-1]]!r}"
+        )
     unknown = model.get("unk_token")
     if unknown not in vocabulary:
         raise ValueError(
@@ -85,6 +89,7 @@ def _scores(merges, normal, file):
                     f"{file!r}: the merges lack {' '.join(split)!r}, a split of "
                     f"{piece!r} into two tokens, which SentencePiece would merge: "
                     "only merges converted from a SentencePiece model (every "
-                    "split listed) are supported."
+                    "split listed) are supported. Received: "
+                    f"{len(merges)} merge(s) without {' '.join(split)!r}"
                 )
     return {piece: -float(rank + 1) for piece, rank in first.items()}

@@ -213,7 +213,10 @@ def _special_options(specials, vocabulary_file, bos=None, vocabulary=None):
     present = [t for t in specials if t in vocabulary]
     for token in ("</s>",) + ((bos,) if bos else ()):
         if token not in vocabulary:
-            raise ValueError(f"{vocabulary_file!r} lacks the special token {token!r}.")
+            raise ValueError(
+                f"{vocabulary_file!r} lacks the special token {token!r}. "
+                f"Received: {len(vocabulary)} tokens without {token!r}"
+            )
     return {
         "bos_token": bos,
         "eos_token": "</s>",
@@ -230,7 +233,7 @@ def _marian(path):
         if not os.path.isfile(file):
             raise FileNotFoundError(
                 f"A Marian tokenizer needs {SOURCE_SPM}, {TARGET_SPM} and "
-                f"{BPE_VOCABULARY}; {file!r} is missing."
+                f"{BPE_VOCABULARY}; {file!r} is missing. Received: path={path!r}"
             )
     if os.path.isfile(os.path.join(path, "target_vocab.json")):
         raise ValueError(
@@ -250,7 +253,7 @@ def _check_size(tokenizer, model_config, path):
         raise ValueError(
             f"The tokenizer files in {path!r} have {emitted} tokens, more than "
             f"the model's vocab_size={size} (config.json): they do not belong "
-            "together."
+            f"together. Received: {emitted} tokens for vocab_size={size!r}"
         )
 
 
@@ -293,7 +296,9 @@ def _bpe_from_tokenizer_json(data, path, config, bart=False):
     if model.get("ignore_merges") or data.get("normalizer"):
         raise ValueError(
             f"{file!r}: `ignore_merges` and normalizers are not supported "
-            "(GPT-2 uses neither)."
+            "(GPT-2 uses neither). Received: "
+            f"ignore_merges={model.get('ignore_merges')!r}, "
+            f"normalizer={data.get('normalizer')!r:.80}"
         )
     vocabulary = dict(model.get("vocab") or {})
     if bart:

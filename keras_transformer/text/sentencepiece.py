@@ -89,7 +89,10 @@ def train_sentencepiece(
         )
     sentences = [text for texts in checks.text_batches(data) for text in texts]
     if not any(text.strip() for text in sentences):
-        raise ValueError("`data` has no text: the corpus is empty.")
+        raise ValueError(
+            "`data` has no text: the corpus is empty. Received: "
+            f"{len(sentences)} blank text(s) in data={data!r:.80}"
+        )
 
     def reserved_id(token):
         return reserved_tokens.index(token) if token in reserved_tokens else -1
@@ -203,12 +206,18 @@ class SentencePieceTokenizer(Tokenizer):
         if isinstance(vocabulary, str | os.PathLike):
             path = os.fspath(vocabulary)
             if not os.path.isfile(path):
-                raise FileNotFoundError(f"Vocabulary file not found: {path!r}")
+                raise FileNotFoundError(
+                    f"Vocabulary file not found: {path!r}. "
+                    f"Received: vocabulary={path!r}"
+                )
             try:
                 with open(path, encoding="utf-8") as f:
                     vocabulary = json.load(f)
             except (ValueError, UnicodeDecodeError) as error:
-                raise ValueError(f"{path!r} is not valid JSON: {error}") from None
+                raise ValueError(
+                    f"{path!r} is not valid JSON: {error}. "
+                    f"Received: vocabulary={path!r}"
+                ) from None
         if isinstance(vocabulary, list | tuple):  # tokens in id order
             vocabulary = {t: i for i, t in enumerate(vocabulary)}
         if (

@@ -48,7 +48,9 @@ def read_proto(proto):
     if isinstance(proto, str | os.PathLike):
         path = os.fspath(proto)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"SentencePiece model not found: {path!r}")
+            raise FileNotFoundError(
+                f"SentencePiece model not found: {path!r}. Received: proto={path!r}"
+            )
         with open(path, "rb") as f:
             proto = f.read()
     if not isinstance(proto, bytes) or not proto:
@@ -93,7 +95,10 @@ def _read_varint(data, i):
     value = shift = 0
     while True:
         if i >= len(data):
-            raise ValueError("`proto` is not a valid SentencePiece model.")
+            raise ValueError(
+                "`proto` is not a valid SentencePiece model. Received: a varint "
+                f"running past the end of {len(data)} bytes"
+            )
         value |= (data[i] & 0x7F) << shift
         shift += 7
         i += 1
@@ -120,9 +125,15 @@ def fields(data):
             end = i + size
             value = data[i:end]
         else:
-            raise ValueError("`proto` is not a valid SentencePiece model.")
+            raise ValueError(
+                "`proto` is not a valid SentencePiece model. Received: wire type "
+                f"{wire} at byte {start}"
+            )
         if end > len(data):
-            raise ValueError("`proto` is not a valid SentencePiece model.")
+            raise ValueError(
+                "`proto` is not a valid SentencePiece model. Received: field "
+                f"{number} ending at byte {end} of {len(data)}"
+            )
         i = end
         yield number, wire, value, data[start:end]
 

@@ -65,7 +65,9 @@ def build_wordpiece_vocabulary(
         )
     counts = count_words(data, lowercase, verbose)
     if not counts:
-        raise ValueError("`data` has no words: the corpus is empty.")
+        raise ValueError(
+            f"`data` has no words: the corpus is empty. Received: data={data!r:.80}"
+        )
     logging.info("Learning a WordPiece vocabulary from %d distinct words", len(counts))
     from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
 

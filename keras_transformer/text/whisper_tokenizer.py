@@ -114,7 +114,8 @@ class WhisperTokenizer(BytePairTokenizer):
             if token not in self._token_to_id:
                 raise ValueError(
                     f"`vocabulary` must hold Whisper's token {token!r} (the "
-                    "special tokens, then the timestamps)."
+                    "special tokens, then the timestamps). Received: "
+                    f"{len(self._token_to_id)} tokens without {token!r}"
                 )
         if task is not None and task not in TASKS:
             raise ValueError(

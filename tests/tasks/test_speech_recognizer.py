@@ -89,6 +89,25 @@ def test_texts_equal_transformers(recognizer, key, options):
         ]
 
 
+def test_a_sampler_decodes_under_whispers_rules(recognizer):
+    """`sampler` and `seed` as the other tasks take them: top-k 1 is
+    greedy, under the same suppression and timestamp rules (transformers'
+    segments); a seed repeats a draw."""
+    expected = reference()["greedy_en_transcribe_timestamps"]
+    options = dict(language="en", return_timestamps=True, max_new_tokens=12)
+    results = recognizer.transcribe(
+        CLIPS, sampler="top_k", top_k=1, seed=5, **options
+    )
+    assert [r["text"] for r in results] == expected["text"]
+    drawn = [
+        recognizer.transcribe(
+            CLIPS[0], sampler="temperature", temperature=4.0, seed=9, **options
+        )
+        for _ in range(2)
+    ]
+    assert drawn[0] == drawn[1] and drawn[0]["text"] != expected["text"][0]
+
+
 def test_the_detected_language_is_transformers(recognizer):
     frames = np.concatenate([recognizer.log_mel(clip) for clip in CLIPS])
     detected = recognizer.detect_language(frames) - 1
@@ -152,6 +171,14 @@ def test_long_audio_is_cut_into_30_second_windows(recognizer):
         ("no/such/file.wav", {}, FileNotFoundError, "no/such/file.wav"),
         (np.zeros(100, "float32"), {"language": "xx"}, ValueError, "language='xx'"),
         (np.zeros(100, "float32"), {"task": "summarize"}, ValueError, "task="),
+        (np.zeros(100, "float32"), {"sampler": "beam"}, ValueError,
+         "sampler='beam'"),
+        (np.zeros(100, "float32"), {"sampler": "top_k", "num_beams": 2},
+         ValueError, "num_beams=2"),
+        (np.zeros(100, "float32"), {"sampler": "top_k", "top_k": 0},
+         ValueError, "top_k=0"),
+        (np.zeros(100, "float32"), {"temperature": 0.5}, ValueError,
+         "sampler=None"),
     ],
 )  # fmt: skip
 def test_bad_audio_is_refused_by_name(recognizer, audio, options, error, match):

@@ -1,6 +1,7 @@
 """kt.tasks.TextGenerator: text in, text out, with transformers' text on the
 tiny GPT-2 fixture and the hand-wired path's ids."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -620,17 +621,27 @@ def test_a_byte_fallback_stream_sends_whole_characters():
 def test_a_generation_request_is_checked_before_tokenizing(generator, monkeypatch):
     from keras_transformer.tasks.generation_request import GenerationRequest
 
-    request = GenerationRequest.of_call(
-        generator, ["ab", "abc"], single=False, max_new_tokens=3,
-        sampler="top_k", sampler_args={"top_k": 5}, num_return_sequences=2,
-        return_full_text=True,
-        stop="x", seed=7,
+    options = kt.tasks.GenerationOptions(
+        max_new_tokens=3, sampler="top_k", sampler_args={"top_k": 5},
+        num_return_sequences=2, return_full_text=True, stop="x", seed=7,
     )  # fmt: skip
+    request = GenerationRequest.of_texts(
+        generator, ["ab", "abc"], options, single=False
+    )
     ids = generator.tokenizer.tokenize(tf.constant(["ab", "abc"])).to_list()
     assert [list(row) for row in request.rows] == [ids[0], ids[0], ids[1], ids[1]]
     assert request.prefixes == ["ab", "ab", "abc", "abc"]
     assert request.ends == generator.end_ids() and request.seed == 7
     assert request.decoder.top_k == 5 and list(request.stops) == ["x"]
+    # A chat's request: its rendered ids, no text.
+    chat = GenerationRequest.of_rows(generator, ids[1], (3,), options)
+    assert [list(row) for row in chat.rows] == [ids[1], ids[1]]
+    assert chat.single and chat.ends == (3,) and chat.prefixes is None
+    # The options are one frozen value, checked when made.
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.seed = 8
+    with pytest.raises(ValueError, match="stream_chunk_size=0"):
+        kt.tasks.GenerationOptions(stream_chunk_size=0)
     # A bad argument is refused before the tokenizer runs.
     monkeypatch.setattr(
         type(generator.tokenizer), "tokenize", lambda *a: pytest.fail("tokenized")
@@ -638,11 +649,11 @@ def test_a_generation_request_is_checked_before_tokenizing(generator, monkeypatc
     with pytest.raises(
         ValueError, match="num_return_sequences=2 with sampler='greedy'"
     ):
-        GenerationRequest.of_call(
+        GenerationRequest.of_texts(
             generator,
             ["ab"],
+            kt.tasks.GenerationOptions(
+                max_new_tokens=3, num_return_sequences=2, sampler="greedy"
+            ),
             single=True,
-            max_new_tokens=3,
-            num_return_sequences=2,
-            sampler="greedy",
         )
