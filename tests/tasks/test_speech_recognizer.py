@@ -95,9 +95,7 @@ def test_a_sampler_decodes_under_whispers_rules(recognizer):
     segments); a seed repeats a draw."""
     expected = reference()["greedy_en_transcribe_timestamps"]
     options = dict(language="en", return_timestamps=True, max_new_tokens=12)
-    results = recognizer.transcribe(
-        CLIPS, sampler="top_k", top_k=1, seed=5, **options
-    )
+    results = recognizer.transcribe(CLIPS, sampler="top_k", top_k=1, seed=5, **options)
     assert [r["text"] for r in results] == expected["text"]
     drawn = [
         recognizer.transcribe(
