@@ -1,8 +1,8 @@
 """Samplers: how the next token is chosen from the model's logits.
 
-This module holds `Sampler` (the one-token decode loop; `options` checks and
-applies the options every sampler takes), the greedy, temperature, top-k and
-top-p samplers, and `RequestSampler`, whose temperature is a graph tensor
+This module holds `Sampler` (the one-token decode loop, which runs the
+logits processors of `kt.generation.processors`), the greedy, temperature,
+top-k and top-p samplers, and `RequestSampler`, whose temperature is a graph tensor
 (the exporters' per request choice). Beam search is in `kt.generation.beam`,
 the name registry (`SAMPLERS`, `get_sampler`) in `kt.generation.registry`.
 
@@ -143,17 +143,14 @@ class Sampler:
 
     def scores(self, logits, tokens, index, prompt_lengths, stop, end_token_id):
         """What `next_token` and `distribution` take for position `index`:
-        the model's `(R, V)` logits in float32, padding excluded, divided by
-        the temperature, the options applied (arguments as `process`'s)."""
+        the model's `(R, V)` logits in float32, padding excluded, the
+        processors applied, then divided by the temperature (Hugging
+        Face's order: processors, then the temperature; a rule that weighs
+        probabilities, as Whisper's timestamps, sees the model's own).
+        Arguments as `process`'s."""
         logits = loop.never_padding(tf.cast(logits, tf.float32), tf.float32.min)
-        return self.process(
-            logits / self.temperature,
-            tokens,
-            index,
-            prompt_lengths,
-            stop,
-            end_token_id,
-        )
+        scores = self.process(logits, tokens, index, prompt_lengths, stop, end_token_id)
+        return scores / self.temperature
 
     def process(self, scores, tokens, index, prompt_lengths, stop, end_token_id):
         """Runs the processors on the float32 `(R, V)` scores of position

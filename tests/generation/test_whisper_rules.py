@@ -109,3 +109,39 @@ def test_every_rule_is_reached():
     boosted[BEGIN:] += 8.0
     assert np.isinf(our_scores(boosted, [52, 5])[:BEGIN]).all()  # sum rule
     assert np.isinf(first[[7, END, 9, NO_TIMESTAMPS]]).all()
+
+
+@pytest.mark.parametrize("history", [[52, 5], [52, 5, 54, 54, 7, 8]])
+def test_the_temperature_comes_after_the_rules_as_in_transformers(history):
+    """Sampling at temperature 3 under the timestamp rules: transformers
+    applies its processors to the model's logits, then the temperature
+    warper; so do we (the probability rule weighs the model's own)."""
+    torch = reference_import("torch")
+    transformers = reference_import("transformers")
+    from transformers.generation import logits_process as hf
+
+    # One text token at 6 and the timestamps at 3: at temperature 1 the
+    # text wins the probability rule, divided by 3 first the timestamps.
+    scores = (0.1 * np.random.default_rng(7).normal(size=V)).astype("float32")
+    scores[6], scores[BEGIN:] = 6.0, 3.0
+    expected = transformers_scores(scores, history, torch, transformers)
+    expected = hf.TemperatureLogitsWarper(3.0)(None, torch.tensor(expected[None]))
+    expected = expected.numpy()[0]
+    sampler = kt.generation.TemperatureSampler(
+        3.0,
+        suppressed_token_ids=[9 + 1],
+        begin_suppressed_token_ids=[7 + 1, END + 1],
+        logits_processors=[TimestampRules(BEGIN + 1, 5)],
+    )
+    tokens = np.zeros((1, 16), "int32")
+    written = [t + 1 for t in PROMPT + history]
+    tokens[0, : len(written)] = written
+    padded = np.concatenate([[0.0], scores]).astype("float32")[None]
+    got = sampler.scores(
+        padded, tokens, len(written), np.array([len(PROMPT)], "int32"), 16,
+        np.int32(END + 1),
+    )  # fmt: skip
+    got = np.asarray(got)[0, 1:]
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(expected))
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(got[finite], expected[finite], rtol=1e-6)

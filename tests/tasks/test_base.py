@@ -27,7 +27,9 @@ def test_each_served_architecture_names_a_task_class():
     families = kt.pretrained.registry
     names = set(kt.tasks.registry.TASKS)
     tasks = {getattr(kt.tasks, n) for n in kt.tasks.__all__} - {kt.tasks.Task}
-    assert names == {cls.__name__ for cls in tasks if isinstance(cls, type)}
+    tasks = {c for c in tasks if isinstance(c, type) and issubclass(c, kt.tasks.Task)}
+    assert names == {cls.__name__ for cls in tasks}
+    assert len(tasks) == 9 and kt.tasks.GenerationOptions not in tasks
     served = families.served_architectures()
     assert len(served) == 13  # ... T5ForConditionalGeneration, ViT, Whisper
     assert {families.task_for(a) for a in served} <= names
