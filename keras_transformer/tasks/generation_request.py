@@ -180,7 +180,7 @@ class GenerationRequest:
         )
 
     @classmethod
-    def of_rows(cls, task, row, ends, options):
+    def of_rows(cls, task, row, options, *, ends):
         """The request of one prompt already in ids (`chat`'s rendered
         conversation, ending at `ends`)."""
         return cls._of(task, options, lambda: [row], single=True, ends=ends)

@@ -266,7 +266,7 @@ class TextGenerator(Task):
             # The turns of a conversation reuse one compiled loop.
             min_buffer_length=CONVERSATION_BUFFER,
         )
-        return self._generate(GenerationRequest.of_rows(self, row, ends, options))
+        return self._generate(GenerationRequest.of_rows(self, row, options, ends=ends))
 
     def end_ids(self):
         """The end ids as a tuple (empty for none)."""

@@ -634,7 +634,7 @@ def test_a_generation_request_is_checked_before_tokenizing(generator, monkeypatc
     assert request.ends == generator.end_ids() and request.seed == 7
     assert request.decoder.top_k == 5 and list(request.stops) == ["x"]
     # A chat's request: its rendered ids, no text.
-    chat = GenerationRequest.of_rows(generator, ids[1], (3,), options)
+    chat = GenerationRequest.of_rows(generator, ids[1], options, ends=(3,))
     assert [list(row) for row in chat.rows] == [ids[1], ids[1]]
     assert chat.single and chat.ends == (3,) and chat.prefixes is None
     # The options are one frozen value, checked when made.
