@@ -77,3 +77,54 @@ def positional_deprecated(*names):
         return wrapper
 
     return decorate
+
+
+def renamed(**old_names):
+    """Decorator: each old keyword (`old=new`) of the decorated function is
+    still accepted for one release, with a `DeprecationWarning` naming the
+    new one; passing both is a TypeError.
+
+    Example:
+        >>> import warnings
+        >>> @renamed(count="times")
+        ... def repeat(text, *, times=2):
+        ...     return text * times
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     repeat("ab", count=3)
+        'ababab'
+        >>> str(caught[0].message)
+        '`count` is deprecated; use `times`. Received: count=3'
+    """
+
+    def decorate(function):
+        known = inspect.signature(function).parameters
+        if set(old_names.values()) - set(known) or set(old_names) & set(known):
+            raise ValueError(  # a mistake in this package, found at import
+                f"`old_names` must map old names to {function.__qualname__}'s "
+                f"new ones. Received: {old_names}"
+            )
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            for old, new in old_names.items():
+                if old not in kwargs:
+                    continue
+                if new in kwargs:
+                    raise TypeError(
+                        f"{function.__qualname__}() got both `{old}` (deprecated) "
+                        f"and `{new}`. Received: {old}={kwargs[old]!r}, "
+                        f"{new}={kwargs[new]!r}"
+                    )
+                warnings.warn(
+                    f"`{old}` is deprecated; use `{new}`. "
+                    f"Received: {old}={kwargs[old]!r}",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate

@@ -110,6 +110,57 @@ def check_max_new_tokens(value, name="max_new_tokens"):
     return int(value)
 
 
+def check_model(model, classes, exporter):
+    """Raises a ValueError unless `model` is an instance of `classes`."""
+    if not isinstance(model, classes):
+        classes = classes if isinstance(classes, tuple) else (classes,)
+        names = " or ".join(f"kt.models.{c.__name__}" for c in classes)
+        raise ValueError(
+            f"`{exporter}` needs a {names}. Received: model={describe(model)}"
+        )
+
+
+def check_sequence_length(sequence_length, limit, minimum):
+    """`sequence_length` (None: the model's `limit`) in `[minimum, limit]`."""
+    if sequence_length is None:
+        sequence_length = limit
+    if (
+        isinstance(sequence_length, bool)
+        or not isinstance(sequence_length, int)
+        or not minimum <= sequence_length <= limit
+    ):
+        raise ValueError(
+            f"`sequence_length` must be an integer in [{minimum}, {limit}] (the "
+            f"model's max_sequence_length is {limit}). "
+            f"Received: sequence_length={sequence_length!r}"
+        )
+    return sequence_length
+
+
+def check_max_new_tokens_fit(max_new_tokens, limit, first_position):
+    """A generating export's cap on new tokens, in `[1, limit - 1]`: the
+    first of the model's `limit` positions holds `first_position` (what the
+    error says holds it)."""
+    max_new_tokens = check_max_new_tokens(max_new_tokens)
+    if not 1 <= max_new_tokens < limit:
+        raise ValueError(
+            "`max_new_tokens` must be in [1, max_sequence_length - 1] (the "
+            f"model's max_sequence_length is {limit}, and {first_position} "
+            f"takes one position). Received: max_new_tokens={max_new_tokens!r}"
+        )
+    return max_new_tokens
+
+
+def check_top_k(top_k, vocabulary_size):
+    """`top_k` as an int in `[1, vocabulary_size]`, or a ValueError."""
+    if not is_int(top_k) or not 1 <= top_k <= vocabulary_size:
+        raise ValueError(
+            f"`top_k` must be an integer in [1, {vocabulary_size}] (the "
+            f"vocabulary size). Received: top_k={top_k!r}"
+        )
+    return int(top_k)
+
+
 def _is_token_id(value, vocabulary_size):
     return (
         is_int(value)

@@ -138,6 +138,26 @@ def test_each_room_imports_only_the_rooms_below_it():
     assert wrong == []
 
 
+def test_tasks_take_only_the_exporters_from_export():
+    """A task's checks and preprocessing live below both it and its
+    exporter (`_validation`, `text.tokenizer_checks`, `models.vit_inputs`):
+    from `export/` a task takes the `export_*` functions alone."""
+    known, edges, taken = graph()
+    named = collections.defaultdict(set)
+    for source, target, name in taken:
+        named[source, target].add(name)
+    wrong = sorted(
+        (source, target, name)
+        for source in known
+        if room(source) == "tasks"
+        for target in edges[source]
+        if room(target) == "export"
+        for name in named[source, target] or {"(the module)"}
+        if not name.startswith("export_")
+    )
+    assert wrong == []
+
+
 def test_no_module_takes_another_modules_private_names():
     _, edges, taken = graph()
     wrong = [

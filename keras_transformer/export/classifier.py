@@ -5,10 +5,12 @@ Shape legend: B batch, T sequence length, C classes.
 
 import tensorflow as tf
 
+from keras_transformer import _validation as validation
 from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import savedmodel
 from keras_transformer.models import BERTClassifier
 from keras_transformer.text import checks as text_checks
+from keras_transformer.text import packing, tokenizer_checks
 
 
 @positional_deprecated("class_names", "sequence_length", "overwrite")
@@ -58,7 +60,7 @@ def export_classifier(
     labels, probabilities = out["label"], out["probabilities"]
     ```
     """
-    savedmodel.check_model(model, BERTClassifier, "export_classifier")
+    validation.check_model(model, BERTClassifier, "export_classifier")
     backbone = model.backbone
     path = savedmodel.check_path(path, overwrite)
     num_classes = model.num_classes
@@ -72,17 +74,17 @@ def export_classifier(
             f"`class_names` must be a list of {num_classes} strings, one per "
             f"class of the model. Received: class_names={class_names!r}"
         )
-    sequence_length = savedmodel.check_sequence_length(
+    sequence_length = validation.check_sequence_length(
         sequence_length, backbone.max_sequence_length, minimum=3
     )
-    savedmodel.check_tokenizer(tokenizer, "tokenizer", backbone.vocabulary_size)
+    tokenizer_checks.check_tokenizer(tokenizer, "tokenizer", backbone.vocabulary_size)
     cls_id = text_checks.special_token_id(tokenizer, text_checks.CLS, "classification")
     sep_id = text_checks.special_token_id(tokenizer, text_checks.SEP, "classification")
-    tokenizer = savedmodel.without_sequence_length(tokenizer)
+    tokenizer = tokenizer_checks.without_sequence_length(tokenizer)
     names = None if class_names is None else tf.constant(list(class_names))
 
     def outputs(texts):
-        inputs = savedmodel.pack_bert_inputs(
+        inputs = packing.pack_bert_inputs(
             tokenizer, texts, sequence_length, cls_id, sep_id
         )
         logits = model(inputs, training=False)  # (B, C)

@@ -5,10 +5,12 @@ Shape legend: B batch, T sequence length, E hidden size.
 
 import tensorflow as tf
 
+from keras_transformer import _validation as validation
 from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import savedmodel
 from keras_transformer.models import BERT, BERTFeatureExtractor
 from keras_transformer.text import checks as text_checks
+from keras_transformer.text import packing, tokenizer_checks
 
 FEATURE_OUTPUTS = ("pooled_output", "mean_pooled_output")
 
@@ -55,21 +57,21 @@ def export_encoder(model, tokenizer, path, *, sequence_length=None, overwrite=Fa
     embeddings = out["mean_pooled_output"]  # float32 (batch, hidden)
     ```
     """
-    savedmodel.check_model(model, (BERT, BERTFeatureExtractor), "export_encoder")
+    validation.check_model(model, (BERT, BERTFeatureExtractor), "export_encoder")
     backbone = getattr(model, "backbone", model)  # a BERTFeatureExtractor's
     path = savedmodel.check_path(path, overwrite)
-    sequence_length = savedmodel.check_sequence_length(
+    sequence_length = validation.check_sequence_length(
         sequence_length, backbone.max_sequence_length, minimum=2
     )
-    savedmodel.check_tokenizer(tokenizer, "tokenizer", backbone.vocabulary_size)
+    tokenizer_checks.check_tokenizer(tokenizer, "tokenizer", backbone.vocabulary_size)
     cls_id = text_checks.special_token_id(tokenizer, text_checks.CLS, "encoding")
     sep_id = text_checks.special_token_id(tokenizer, text_checks.SEP, "encoding")
-    tokenizer = savedmodel.without_sequence_length(tokenizer)
+    tokenizer = tokenizer_checks.without_sequence_length(tokenizer)
     extractor = BERTFeatureExtractor(model) if model is backbone else model
 
     @tf.function(input_signature=[savedmodel.string_spec("text")])
     def encode(text):
-        inputs = savedmodel.pack_bert_inputs(
+        inputs = packing.pack_bert_inputs(
             tokenizer, [text], sequence_length, cls_id, sep_id
         )
         outputs = extractor(inputs, training=False)

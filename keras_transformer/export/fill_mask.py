@@ -10,71 +10,7 @@ from keras_transformer import _validation as validation
 from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import savedmodel
 from keras_transformer.models import BERTMaskedLM
-from keras_transformer.text import checks as text_checks
-from keras_transformer.text import pack_segments
-
-
-def pack_masked_texts(tokenizer, texts, sequence_length, cls_id, sep_id, mask_id):
-    """BERT inputs `(B, T)` from strings `(B,)` written with `[MASK]`.
-
-    Each text is split at `[MASK]`, the pieces are tokenized and joined by
-    `mask_id` (as Hugging Face's tokenizers treat the mask token), packed as
-    `[CLS] text [SEP]` trimmed to `sequence_length`, and the batch cut after
-    its longest row (padding changes no output of a BERT model).
-
-    Args:
-        tokenizer: a `kt.text` tokenizer without `sequence_length`, bos or
-            eos token (each piece is tokenized alone).
-        texts: string `(B,)`.
-        sequence_length: the packed length before the cut.
-        cls_id: the id of `[CLS]`.
-        sep_id: the id of `[SEP]`.
-        mask_id: the id of `[MASK]`.
-
-    Returns:
-        `{"token_ids", "segment_ids", "padding_mask"}`, each `(B, T)`.
-    """
-    pieces = tf.strings.split(texts, sep=text_checks.MASK)  # (B, None)
-    ids = tokenizer.tokenize(pieces.flat_values)  # (pieces, None)
-    # A [MASK] after every piece but the last of its text.
-    last = pieces.row_splits[1:] - 1
-    masked = tf.ones_like(pieces.flat_values, tf.int64)
-    masked = tf.tensor_scatter_nd_update(masked, last[:, None], tf.zeros_like(last))
-    masks = tf.RaggedTensor.from_row_lengths(
-        tf.fill([tf.reduce_sum(masked)], mask_id), masked
-    )
-    ids = tf.concat([ids, tf.cast(masks, ids.dtype)], axis=1)
-    ids = pieces.with_flat_values(ids).merge_dims(1, 2)  # (B, None)
-    packed = pack_segments(ids, sequence_length, cls_id, sep_id)
-    lengths = tf.reduce_sum(tf.cast(packed["padding_mask"], tf.int32), axis=1)
-    longest = tf.reduce_max(lengths)
-    return {name: value[:, :longest] for name, value in packed.items()}
-
-
-def check_fill_mask_tokenizer(tokenizer, vocabulary_size, purpose):
-    """The ids of `[CLS]`, `[SEP]` and `[MASK]` in `tokenizer`, which must
-    fit the model and have no bos or eos token; else a ValueError."""
-    savedmodel.check_tokenizer(tokenizer, "tokenizer", vocabulary_size)
-    ids = [
-        text_checks.special_token_id(tokenizer, token, purpose)
-        for token in (text_checks.CLS, text_checks.SEP, text_checks.MASK)
-    ]
-    if tokenizer.bos_token is not None or tokenizer.eos_token is not None:
-        raise ValueError(
-            f"{purpose} needs a tokenizer without bos_token and eos_token (it "
-            "tokenizes the text between masks piece by piece). Received: "
-            f"bos_token={tokenizer.bos_token!r}, eos_token={tokenizer.eos_token!r}"
-        )
-    return ids
-
-
-def check_top_k(top_k, vocabulary_size):
-    if not validation.is_int(top_k) or not 1 <= top_k <= vocabulary_size:
-        raise ValueError(
-            f"`top_k` must be an integer in [1, {vocabulary_size}] (the "
-            f"vocabulary size). Received: top_k={top_k!r}"
-        )
-    return int(top_k)
+from keras_transformer.text import packing, tokenizer_checks
 
 
 @positional_deprecated("top_k", "overwrite")
@@ -128,23 +64,23 @@ def export_fill_mask(model, tokenizer, path, *, top_k=5, overwrite=False):
     tokens, scores = out["token"], out["score"]  # (1, top_k) each
     ```
     """
-    savedmodel.check_model(model, BERTMaskedLM, "export_fill_mask")
+    validation.check_model(model, BERTMaskedLM, "export_fill_mask")
     backbone = model.backbone
     path = savedmodel.check_path(path, overwrite)
     vocabulary_size = backbone.vocabulary_size  # V
-    top_k = check_top_k(top_k, vocabulary_size)
-    cls_id, sep_id, mask_id = check_fill_mask_tokenizer(
+    top_k = validation.check_top_k(top_k, vocabulary_size)
+    cls_id, sep_id, mask_id = tokenizer_checks.check_fill_mask_tokenizer(
         tokenizer, vocabulary_size, "export_fill_mask"
     )
     sequence_length = backbone.max_sequence_length
-    tokenizer = savedmodel.without_sequence_length(tokenizer)
+    tokenizer = tokenizer_checks.without_sequence_length(tokenizer)
     vocabulary = tokenizer.get_vocabulary()
     # Ids past the tokenizer's vocabulary (a padded embedding) have no token.
     tokens = tf.constant(vocabulary + [""] * (vocabulary_size - len(vocabulary)))
 
     @tf.function(input_signature=[savedmodel.string_spec("text")])
     def fill_mask(text):
-        packed = pack_masked_texts(
+        packed = packing.pack_masked_texts(
             tokenizer, text, sequence_length, cls_id, sep_id, mask_id
         )
         is_mask = packed["token_ids"] == mask_id  # (B, T)

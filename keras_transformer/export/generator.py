@@ -13,6 +13,7 @@ from keras_transformer.generation import decode_function, loop
 from keras_transformer.generation.samplers import RequestSampler
 from keras_transformer.generation.speculative import speculative_decode_function
 from keras_transformer.models import CausalLM
+from keras_transformer.text import tokenizer_checks
 
 
 @positional_deprecated("max_new_tokens", "end_token", "jit_compile", "overwrite")
@@ -127,7 +128,7 @@ def export_text_generator(
         prompt_lookup_max_ngram_size,
     )
     path = savedmodel.check_path(path, overwrite)
-    tokenizer = savedmodel.without_sequence_length(tokenizer)
+    tokenizer = tokenizer_checks.without_sequence_length(tokenizer)
     decode = tf.function(
         _decode_function(
             model, end_id, prompt_lookup_num_tokens, prompt_lookup_max_ngram_size
@@ -167,11 +168,11 @@ def _check_arguments(
     """`export_text_generator`'s checks, before any work: its
     `max_new_tokens` (None: all but a first token) and end ids (None, an
     id, or a list)."""
-    savedmodel.check_model(model, CausalLM, "export_text_generator")
+    validation.check_model(model, CausalLM, "export_text_generator")
     limit = model.max_sequence_length  # L
     if max_new_tokens is None:
         max_new_tokens = limit - 1
-    max_new_tokens = savedmodel.check_max_new_tokens(
+    max_new_tokens = validation.check_max_new_tokens_fit(
         max_new_tokens, limit, "a prompt's first token"
     )
     validation.check_bool("jit_compile", jit_compile)
@@ -187,8 +188,8 @@ def _check_arguments(
     validation.check_positive_int(
         "prompt_lookup_max_ngram_size", prompt_lookup_max_ngram_size
     )
-    savedmodel.check_tokenizer(tokenizer, "tokenizer", model.vocabulary_size)
-    end_id = savedmodel.end_token_ids(
+    tokenizer_checks.check_tokenizer(tokenizer, "tokenizer", model.vocabulary_size)
+    end_id = tokenizer_checks.end_token_ids(
         tokenizer, "end_token", end_token, allow_none=True
     )
     return max_new_tokens, end_id

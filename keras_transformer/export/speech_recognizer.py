@@ -16,6 +16,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
+from keras_transformer._keywords import renamed
 from keras_transformer.export import savedmodel
 from keras_transformer.export.translator import NOT_SAMPLER_OPTIONS
 from keras_transformer.generation import loop
@@ -23,16 +24,18 @@ from keras_transformer.generation.decode import decode_function
 from keras_transformer.generation.registry import get_sampler
 from keras_transformer.pretrained import whisper_plan as plan
 from keras_transformer.pretrained.whisper_plan import RATE, STEREO_WEIGHT, WINDOW
+from keras_transformer.text import tokenizer_checks
 from keras_transformer.text.whisper_tokenizer import TASKS
 
 
+@renamed(transcription_task="task")
 def export_speech_recognizer(
     model,
     tokenizer,
     path,
     *,
     language=None,
-    transcription_task="transcribe",
+    task="transcribe",
     max_new_tokens=None,
     overwrite=False,
     jit_compile=True,
@@ -54,7 +57,8 @@ def export_speech_recognizer(
         path: the SavedModel folder to write.
         language: a language code (`"en"`) fixed at export; None detects
             each file's language in the graph.
-        transcription_task: `"transcribe"` or `"translate"`.
+        task: `"transcribe"` or `"translate"`, as `transcribe` takes it
+            (`transcription_task`, its old name, is deprecated).
         max_new_tokens: tokens decoded at most (None: as `transcribe`).
         overwrite: replace an existing folder at `path`.
         jit_compile: compile the decode loop with XLA.
@@ -77,14 +81,12 @@ def export_speech_recognizer(
         TensorShape([1])
     """
     plan.check_pair(model, tokenizer)
-    validation.check_choice("transcription_task", transcription_task, TASKS)
-    language = plan.check_options(
-        tokenizer, language, transcription_task, False, max_new_tokens
-    )
+    validation.check_choice("task", task, TASKS)
+    language = plan.check_options(tokenizer, language, task, False, max_new_tokens)
     validation.check_bool("jit_compile", jit_compile)
     path = savedmodel.check_path(path, overwrite)
     function = transcribe_function(
-        model, tokenizer, language, transcription_task, max_new_tokens, jit_compile
+        model, tokenizer, language, task, max_new_tokens, jit_compile
     )
     module = tf.Module()
     module.tokenizer = function.detokenizer
@@ -101,13 +103,11 @@ class _Transcription(NamedTuple):
     detokenizer: object  # the tokenizer it tracks
 
 
-def transcribe_function(
-    model, tokenizer, language, transcription_task, max_new_tokens, jit_compile
-):
+def transcribe_function(model, tokenizer, language, task, max_new_tokens, jit_compile):
     """The `transcribe` signature: WAV bytes `(B,)` -> `{"text": (B,)}`,
     greedy, with the task's plan (`kt.pretrained.whisper_plan`)."""
     features = plan.features_layer(model)
-    prompt_length = len(plan.prompt_ids(model, tokenizer, 0, transcription_task))
+    prompt_length = len(plan.prompt_ids(model, tokenizer, 0, task))
     options = plan.generate_options(
         model, tokenizer, prompt_length, False, max_new_tokens
     )
@@ -117,8 +117,8 @@ def transcribe_function(
         "greedy", **{k: v for k, v in options.items() if k not in NOT_SAMPLER_OPTIONS}
     )
     decode = tf.function(decode_function(model, sampler), jit_compile=jit_compile)
-    detokenizer = savedmodel.without_sequence_length(tokenizer)
-    prompt = _prompt_function(model, tokenizer, language, transcription_task)
+    detokenizer = tokenizer_checks.without_sequence_length(tokenizer)
+    prompt = _prompt_function(model, tokenizer, language, task)
 
     def run(audio):
         samples = tf.map_fn(
@@ -141,12 +141,12 @@ def transcribe_function(
     return _Transcription(run, features, detokenizer)
 
 
-def _prompt_function(model, tokenizer, language, transcription_task):
+def _prompt_function(model, tokenizer, language, task):
     """`frames (B, F, M) -> prompt (B, P)`: the plan's prompt in graph ops,
     each row's language detected unless `language` is fixed."""
     languages_of = plan.language_ids(model, tokenizer)
     fixed = None if language is None else tokenizer.token_to_id(language)
-    template = plan.prompt_ids(model, tokenizer, 0, transcription_task)
+    template = plan.prompt_ids(model, tokenizer, 0, task)
     language_column = 1 if plan.multilingual(model) else None
 
     def prompt(frames):

@@ -13,12 +13,10 @@ from keras_transformer import _validation as validation
 from keras_transformer._keywords import positional_deprecated
 from keras_transformer.export import savedmodel
 from keras_transformer.generation import decode_function, loop
+from keras_transformer.generation.options import NOT_SAMPLER_OPTIONS
 from keras_transformer.generation.registry import get_sampler
 from keras_transformer.models import Seq2SeqLM
-
-# generation_config keys that are sampler options (the rest are generate's).
-NOT_SAMPLER_OPTIONS = ("end_token_id", "max_new_tokens", "sampler")
-
+from keras_transformer.text import tokenizer_checks
 
 # The exporters' options, in the order they were positional.
 OPTIONS = (
@@ -221,7 +219,7 @@ def _options(arguments):
 
 def _export(model, source_tokenizer, target_tokenizer, path, options, names):
     caller, signature, input_name, output_name = names
-    savedmodel.check_model(model, Seq2SeqLM, caller)
+    validation.check_model(model, Seq2SeqLM, caller)
     path = savedmodel.check_path(path, options["overwrite"])
     settings = options["generation_config"]
     if settings is None:
@@ -236,15 +234,15 @@ def _export(model, source_tokenizer, target_tokenizer, path, options, names):
         ("source_tokenizer", source_tokenizer, model.encoder_vocabulary_size),
         ("target_tokenizer", target_tokenizer, model.decoder_vocabulary_size),
     ):
-        savedmodel.check_tokenizer(tokenizer, name, size)
+        tokenizer_checks.check_tokenizer(tokenizer, name, size)
     ids = (
         _special_id(model, target_tokenizer, "start_token", options["start_token"],
                     "[START]", getattr(model, "decoder_start_token_id", None)),
         _special_id(model, target_tokenizer, "end_token", options["end_token"],
                     "[END]", settings.get("end_token_id")),
     )  # fmt: skip
-    source_tokenizer = savedmodel.without_sequence_length(source_tokenizer)
-    target_tokenizer = savedmodel.without_sequence_length(target_tokenizer)
+    source_tokenizer = tokenizer_checks.without_sequence_length(source_tokenizer)
+    target_tokenizer = tokenizer_checks.without_sequence_length(target_tokenizer)
     decode = tf.function(
         decode_function(model, sampler), jit_compile=options["jit_compile"]
     )
@@ -269,7 +267,7 @@ def _sampler(model, settings, options):
     max_new_tokens = options["max_new_tokens"]
     if max_new_tokens is None:
         max_new_tokens = min(settings.get("max_new_tokens", limit - 1), limit - 1)
-    max_new_tokens = savedmodel.check_max_new_tokens(
+    max_new_tokens = validation.check_max_new_tokens_fit(
         max_new_tokens, limit, "the start token"
     )
     num_beams, length_penalty = options["num_beams"], options["length_penalty"]
@@ -340,8 +338,8 @@ def _special_id(model, tokenizer, name, token, default, model_id):
         return int(model_id)
     token = default if token is None else token
     if name == "end_token":
-        return savedmodel.end_token_ids(tokenizer, name, token)
-    return savedmodel.token_id(tokenizer, name, token)
+        return tokenizer_checks.end_token_ids(tokenizer, name, token)
+    return tokenizer_checks.token_id(tokenizer, name, token)
 
 
 # The options' defaults, as `export_translator` declares them.

@@ -3,6 +3,10 @@ keyword arguments; `kt.generation.processors` applies them)."""
 
 from keras_transformer import _validation as validation
 
+# The generation_config keys that are `generate`'s own; the rest are the
+# sampler's options.
+NOT_SAMPLER_OPTIONS = ("end_token_id", "max_new_tokens", "sampler")
+
 
 def check_temperature(temperature):
     """A number > 0."""

@@ -18,11 +18,10 @@ import uuid
 import keras
 
 from keras_transformer import _validation as validation
-from keras_transformer.export import savedmodel
 from keras_transformer.generation.compiled import CompiledFunctions
 from keras_transformer.models import from_pretrained as model_from_pretrained
 from keras_transformer.pretrained import checkpoint, registry
-from keras_transformer.text import tokenizer_from_pretrained
+from keras_transformer.text import tokenizer_checks, tokenizer_from_pretrained
 from keras_transformer.training.fit import FitMixin
 
 # The tasks' compiled text functions, per task until its variables change.
@@ -49,7 +48,7 @@ class Task(FitMixin, keras.Model):
 
     def __init__(self, model, tokenizer=None, **kwargs):
         task = type(self).__name__
-        savedmodel.check_model(model, self.model_classes, f"kt.tasks.{task}")
+        validation.check_model(model, self.model_classes, f"kt.tasks.{task}")
         if tokenizer is not None:  # None: a task of images
             # A head (BERTClassifier, BERTMaskedLM) has its backbone's ids;
             # an encoder-decoder's tokenizer gives its encoder's.
@@ -57,7 +56,7 @@ class Task(FitMixin, keras.Model):
             vocabulary_size = getattr(source, "encoder_vocabulary_size", None)
             if vocabulary_size is None:
                 vocabulary_size = source.vocabulary_size
-            savedmodel.check_tokenizer(tokenizer, "tokenizer", vocabulary_size)
+            tokenizer_checks.check_tokenizer(tokenizer, "tokenizer", vocabulary_size)
         super().__init__(**kwargs)
         self.model = model
         self.tokenizer = tokenizer

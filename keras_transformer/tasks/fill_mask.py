@@ -9,16 +9,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.export import export_fill_mask, savedmodel
-from keras_transformer.export.fill_mask import (
-    check_fill_mask_tokenizer,
-    check_top_k,
-    pack_masked_texts,
-)
+from keras_transformer import _validation as validation
+from keras_transformer.export import export_fill_mask
 from keras_transformer.models import BERTMaskedLM
 from keras_transformer.tasks import inputs
 from keras_transformer.tasks.base import Task
 from keras_transformer.text import checks as text_checks
+from keras_transformer.text import packing, tokenizer_checks
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -55,8 +52,10 @@ class FillMask(Task):
 
     def __init__(self, model, tokenizer, **kwargs):
         super().__init__(model, tokenizer, **kwargs)
-        self.cls_id, self.sep_id, self.mask_id = check_fill_mask_tokenizer(
-            tokenizer, model.backbone.vocabulary_size, "kt.tasks.FillMask"
+        self.cls_id, self.sep_id, self.mask_id = (
+            tokenizer_checks.check_fill_mask_tokenizer(
+                tokenizer, model.backbone.vocabulary_size, "kt.tasks.FillMask"
+            )
         )
         self.sequence_length = model.backbone.max_sequence_length
 
@@ -95,7 +94,7 @@ class FillMask(Task):
                     f"Each text must hold {self.mask_token}. "
                     f"Received: texts[{i}]={text!r}"
                 )
-        check_top_k(top_k, self.model.backbone.vocabulary_size)
+        validation.check_top_k(top_k, self.model.backbone.vocabulary_size)
         inputs.check_batch_size(batch_size)
         batches = inputs.in_batches(self._packer(), [texts], batch_size)
         found = np.concatenate(
@@ -171,11 +170,11 @@ class FillMask(Task):
         """Strings `(B,)` -> packed inputs `(B, T)`, masks kept as `[MASK]`."""
 
         def build():
-            tokenizer = savedmodel.without_sequence_length(self.tokenizer)
+            tokenizer = tokenizer_checks.without_sequence_length(self.tokenizer)
 
             @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
             def pack(texts):
-                return pack_masked_texts(
+                return packing.pack_masked_texts(
                     tokenizer,
                     texts,
                     self.sequence_length,

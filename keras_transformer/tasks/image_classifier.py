@@ -19,9 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.export import export_image_classifier, preprocess_image
-from keras_transformer.export.image_classifier import FORMATS
-from keras_transformer.models import ViT
+from keras_transformer.export import export_image_classifier
+from keras_transformer.models import ViT, vit_inputs
 from keras_transformer.tasks.base import Task
 
 # ViTImageProcessor's defaults, for a folder without preprocessor_config.json.
@@ -172,7 +171,7 @@ class ImageClassifier(Task):
         """`images[index]` as the model's float32 input `(S, S, C)`."""
         image = decode(index, item)  # (H, W, c) float32 in [0, 255]
         model = self.model
-        return preprocess_image(
+        return vit_inputs.preprocess_image(
             image, model.num_channels, model.image_size, self.scale, self.mean, self.std
         )
 
@@ -300,7 +299,7 @@ def decode(index, item):
 
 def image_format(data):
     """The name of the format whose signature `data` starts with, or None."""
-    for name, parts in FORMATS:
+    for name, parts in vit_inputs.FORMATS:
         if all(data[offset : offset + len(part)] == part for offset, part in parts):
             return name
     return None

@@ -11,8 +11,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.export import savedmodel
 from keras_transformer.text import checks as text_checks
+from keras_transformer.text import packing
 from keras_transformer.text.checks import is_string_spec, preview
 
 
@@ -147,7 +147,7 @@ def pack_texts(tokenizer, segments, sequence_length, cls_id, sep_id):
     """Model inputs `(B, T)` from string batches, packed as `kt.export` packs
     them (`[CLS] A [SEP] (B [SEP])`, trimmed to `sequence_length`), without
     the padding columns after the batch's longest text."""
-    inputs = savedmodel.pack_bert_inputs(
+    inputs = packing.pack_bert_inputs(
         tokenizer, segments, sequence_length, cls_id, sep_id
     )
     return without_padding_columns(inputs)

@@ -11,10 +11,11 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.export import export_encoder, savedmodel
+from keras_transformer.export import export_encoder
 from keras_transformer.models import BERT, BERTFeatureExtractor
 from keras_transformer.tasks import inputs
 from keras_transformer.tasks.base import Task
+from keras_transformer.text import tokenizer_checks
 
 # The sentence-transformers settings file of a checkpoint folder.
 SENTENCE_CONFIG = "sentence_bert_config.json"
@@ -67,7 +68,7 @@ class SentenceEncoder(Task):
         )
         validation.check_choice("pooling", pooling, tuple(POOLINGS))
         self.pooling = pooling
-        self.sequence_length = savedmodel.check_sequence_length(
+        self.sequence_length = validation.check_sequence_length(
             sequence_length, model.max_sequence_length, minimum=2
         )
 
@@ -195,7 +196,7 @@ class SentenceEncoder(Task):
         """Strings `(B,)` -> float32 embeddings `(B, D)`, compiled once."""
 
         def build():
-            tokenizer = savedmodel.without_sequence_length(self.tokenizer)
+            tokenizer = tokenizer_checks.without_sequence_length(self.tokenizer)
             # Not an attribute: the backbone's weights are saved once.
             extractor = BERTFeatureExtractor(self.model)
             output = POOLINGS[self.pooling]

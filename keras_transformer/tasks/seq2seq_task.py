@@ -14,14 +14,18 @@ import tensorflow as tf
 
 from keras_transformer import _validation as validation
 from keras_transformer._keywords import positional_deprecated
-from keras_transformer.export import savedmodel
-from keras_transformer.export.translator import NOT_SAMPLER_OPTIONS
 from keras_transformer.generation import Sampler, generate
+from keras_transformer.generation.options import NOT_SAMPLER_OPTIONS
 from keras_transformer.models import Seq2SeqLM
 from keras_transformer.tasks import inputs
 from keras_transformer.tasks.base import Task
 from keras_transformer.tasks.generation_request import Seq2SeqRequest
-from keras_transformer.text import checks, pack_seq2seq, translation_dataset
+from keras_transformer.text import (
+    checks,
+    pack_seq2seq,
+    tokenizer_checks,
+    translation_dataset,
+)
 from keras_transformer.training import MaskedSparseCategoricalCrossentropy
 
 # The options every sampler takes (`kt.generation.Sampler`'s keyword-only
@@ -87,7 +91,7 @@ class Seq2SeqTask(Task):
             strings = [self.prefix + text for text in strings]
         options = self._decoding_options(max_new_tokens, sampler, sampler_args)
         limit = self.model.max_sequence_length
-        source = savedmodel.without_sequence_length(self.source_tokenizer)
+        source = tokenizer_checks.without_sequence_length(self.source_tokenizer)
         rows = source.truncate(source.tokenize(strings), limit).to_list()
         empty = np.array([not row for row in rows])
         return Seq2SeqRequest(single, strings, rows, empty, options, seed)
@@ -118,7 +122,7 @@ class Seq2SeqTask(Task):
         limit = self.model.max_sequence_length
         if max_new_tokens is None:
             max_new_tokens = min(settings.get("max_new_tokens", limit - 1), limit - 1)
-        max_new_tokens = savedmodel.check_max_new_tokens(
+        max_new_tokens = validation.check_max_new_tokens_fit(
             max_new_tokens, limit, "the start token"
         )
         end_id = settings.get("end_token_id")
@@ -231,8 +235,8 @@ class Seq2SeqTask(Task):
                 f"Received: element_spec={spec}"
             )
         limit = self.model.max_sequence_length
-        source = savedmodel.without_sequence_length(self.source_tokenizer)
-        target = savedmodel.without_sequence_length(self.target_tokenizer)
+        source = tokenizer_checks.without_sequence_length(self.source_tokenizer)
+        target = tokenizer_checks.without_sequence_length(self.target_tokenizer)
         end_id = target.token_to_id(target.eos_token)
 
         def prepare(sources, targets):

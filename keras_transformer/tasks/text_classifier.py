@@ -10,11 +10,11 @@ import tensorflow as tf
 
 from keras_transformer import _validation as validation
 from keras_transformer._keywords import positional_deprecated
-from keras_transformer.export import export_classifier, savedmodel
+from keras_transformer.export import export_classifier
 from keras_transformer.models import BERTClassifier
 from keras_transformer.tasks import inputs
 from keras_transformer.tasks.base import Task
-from keras_transformer.text import classification_dataset
+from keras_transformer.text import classification_dataset, tokenizer_checks
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -75,7 +75,7 @@ class TextClassifier(Task):
                 )
             class_names = [str(name) for name in class_names]
         self.class_names = class_names
-        self.sequence_length = savedmodel.check_sequence_length(
+        self.sequence_length = validation.check_sequence_length(
             sequence_length, model.backbone.max_sequence_length, minimum=3
         )
 
@@ -264,7 +264,7 @@ class TextClassifier(Task):
         compiled once per number of segments."""
 
         def build():
-            tokenizer = savedmodel.without_sequence_length(self.tokenizer)
+            tokenizer = tokenizer_checks.without_sequence_length(self.tokenizer)
             specs = [tf.TensorSpec([None], tf.string)] * num_segments
 
             @tf.function(input_signature=specs)

@@ -17,8 +17,9 @@ Shape legend: B batch, S source length.
 import keras
 
 from keras_transformer._keywords import positional_deprecated
-from keras_transformer.export import export_summarizer, export_translator, savedmodel
+from keras_transformer.export import export_summarizer, export_translator
 from keras_transformer.tasks.seq2seq_task import Seq2SeqTask, pairs_dataset
+from keras_transformer.text import tokenizer_checks
 
 __all__ = ["Summarizer", "Translator", "Seq2SeqTask", "pairs_dataset"]
 
@@ -36,7 +37,11 @@ class Translator(Seq2SeqTask):
         task: the entry of the model's `task_settings` (a T5's
             `task_specific_params`, such as `"translation_en_to_fr"`) whose
             prefix and generation settings to use; None: the first
-            `"translation..."` entry, if any.
+            `"translation..."` entry, if any. The name is Hugging Face's
+            pipelines' (`pipeline("translation_en_to_fr")`); it is chosen
+            once, with the model, where `SpeechRecognizer.transcribe`'s
+            `task` (transformers' Whisper `generate` name) picks
+            transcribe or translate per call.
         **kwargs: base `keras.Model` arguments (`name`).
 
     Example:
@@ -60,7 +65,7 @@ class Translator(Seq2SeqTask):
         super().__init__(model, source_tokenizer, **kwargs)
         self._set_task(task)
         if target_tokenizer is not None:
-            savedmodel.check_tokenizer(
+            tokenizer_checks.check_tokenizer(
                 target_tokenizer, "target_tokenizer", model.decoder_vocabulary_size
             )
         self.target_tokenizer = (

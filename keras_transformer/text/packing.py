@@ -179,3 +179,46 @@ def causal_lm_windows(token_ids, sequence_length):
     inputs = tf.reshape(stream[:span], [windows, sequence_length])
     labels = tf.reshape(stream[1 : span + 1], [windows, sequence_length])
     return inputs, labels
+
+
+def pack_bert_inputs(tokenizer, texts, sequence_length, cls_id, sep_id):
+    """`[CLS] A [SEP] (B [SEP])` model inputs `(B, T)` from string batches."""
+    segments = [tokenizer.tokenize(text) for text in texts]  # (B, None) each
+    return pack_segments(segments, sequence_length, cls_id, sep_id)
+
+
+def pack_masked_texts(tokenizer, texts, sequence_length, cls_id, sep_id, mask_id):
+    """BERT inputs `(B, T)` from strings `(B,)` written with `[MASK]`.
+
+    Each text is split at `[MASK]`, the pieces are tokenized and joined by
+    `mask_id` (as Hugging Face's tokenizers treat the mask token), packed as
+    `[CLS] text [SEP]` trimmed to `sequence_length`, and the batch cut after
+    its longest row (padding changes no output of a BERT model).
+
+    Args:
+        tokenizer: a `kt.text` tokenizer without `sequence_length`, bos or
+            eos token (each piece is tokenized alone).
+        texts: string `(B,)`.
+        sequence_length: the packed length before the cut.
+        cls_id: the id of `[CLS]`.
+        sep_id: the id of `[SEP]`.
+        mask_id: the id of `[MASK]`.
+
+    Returns:
+        `{"token_ids", "segment_ids", "padding_mask"}`, each `(B, T)`.
+    """
+    pieces = tf.strings.split(texts, sep=checks.MASK)  # (B, None)
+    ids = tokenizer.tokenize(pieces.flat_values)  # (pieces, None)
+    # A [MASK] after every piece but the last of its text.
+    last = pieces.row_splits[1:] - 1
+    masked = tf.ones_like(pieces.flat_values, tf.int64)
+    masked = tf.tensor_scatter_nd_update(masked, last[:, None], tf.zeros_like(last))
+    masks = tf.RaggedTensor.from_row_lengths(
+        tf.fill([tf.reduce_sum(masked)], mask_id), masked
+    )
+    ids = tf.concat([ids, tf.cast(masks, ids.dtype)], axis=1)
+    ids = pieces.with_flat_values(ids).merge_dims(1, 2)  # (B, None)
+    packed = pack_segments(ids, sequence_length, cls_id, sep_id)
+    lengths = tf.reduce_sum(tf.cast(packed["padding_mask"], tf.int32), axis=1)
+    longest = tf.reduce_max(lengths)
+    return {name: value[:, :longest] for name, value in packed.items()}

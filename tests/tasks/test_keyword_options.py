@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 import keras_transformer as kt
-from keras_transformer._keywords import positional_deprecated
+from keras_transformer._keywords import positional_deprecated, renamed
 
 # Each callable and the names it takes by position.
 INPUTS = [
@@ -72,3 +72,42 @@ def test_too_many_or_doubled_options_are_refused():
         ValueError, match="keyword-only options of .*Received: \\('x',\\)"
     ):
         positional_deprecated("x")(lambda text, x=1: text)
+
+
+@renamed(count="times")
+def repeat_renamed(text, *, times=2):
+    return text * times
+
+
+def test_renamed_options_still_work_for_one_release_with_a_deprecation_warning():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert repeat_renamed("ab", count=3) == "ababab"
+        assert repeat_renamed("ab", times=3) == "ababab"
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert (
+        str(caught[0].message)
+        == "`count` is deprecated; use `times`. Received: count=3"
+    )
+    assert caught[0].filename == __file__
+    with pytest.raises(TypeError, match="both `count` \\(deprecated\\) and `times`"):
+        repeat_renamed("ab", count=3, times=4)
+    with pytest.raises(ValueError, match="old names to"):
+        renamed(times="count")(repeat_renamed.__wrapped__)
+
+
+def test_the_speech_exporter_takes_transcribe_s_task_and_its_old_name():
+    """`task` names transcribe-or-translate in `transcribe` and in its
+    exporter (once `transcription_task`, still accepted with a warning)."""
+    for function in (kt.tasks.SpeechRecognizer.transcribe,
+                     kt.export.export_speech_recognizer):  # fmt: skip
+        task = inspect.signature(function).parameters["task"]
+        assert task.kind == task.KEYWORD_ONLY
+    export = kt.export.export_speech_recognizer
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="Received: model=None"):
+            export(None, None, "unused", transcription_task="translate")
+    assert [w.category for w in caught] == [DeprecationWarning]
+    with pytest.raises(TypeError, match="both `transcription_task`"):
+        export(None, None, "unused", transcription_task="translate", task="translate")
