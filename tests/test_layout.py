@@ -38,7 +38,8 @@ ALLOWED = {
     # task and its SavedModel.
     "export": {"layers", "models", "text", "generation", "pretrained"},
     "tasks": _BELOW_TASKS,
-    "cli": _BELOW_TASKS | {"tasks"},
+    "serving": _BELOW_TASKS | {"tasks"},
+    "cli": _BELOW_TASKS | {"tasks", "serving"},
 }
 # The contract's `kt.models.from_pretrained` / `save_pretrained` are the
 # pretrained room's face, re-exported by the models package.

@@ -43,6 +43,7 @@ def run(args):
         "export": _export,
         "classify": _classify,
         "translate": _translate,
+        "serve": _serve,
     }[args.command]
     try:
         return handler(args)
@@ -315,4 +316,25 @@ def _demo(args):
     print(f"held-out whole-sequence accuracy: {results['sequence_accuracy']:.3f}")
     for source, predicted in results["examples"]:
         print(f"  {source} -> {predicted}")
+    return 0
+
+
+def _serve(args):
+    try:
+        from keras_transformer.serving.app import serve
+    except ImportError as error:
+        raise CommandError(
+            f"serving needs the serve extra ({error.name} is missing): "
+            "pip install 'keras-transformer[serve]'"
+        ) from None
+    print(
+        f"keras-transformer: serving {args.model} on http://{args.host}:"
+        f"{args.port}/v1 with {args.slots} slots (Ctrl-C stops)",
+        file=sys.stderr,
+    )
+    serve(
+        args.model, host=args.host, port=args.port, slots=args.slots,
+        context_length=args.context, max_queue=args.max_queue,
+        api_key=args.api_key, model_name=args.model_name,
+    )  # fmt: skip
     return 0

@@ -7,6 +7,7 @@ its parser and `main`.
     keras-transformer generate --model DIR PROMPT...
     keras-transformer classify --model DIR TEXT...
     keras-transformer translate --model DIR SENTENCE...
+    keras-transformer serve MODEL [--slots N] [--port P] [--api-key KEY]
 
 `keras-transformer --help` (and every `COMMAND --help`, and every error in
 the command line) is answered from here, before TensorFlow is imported, so
@@ -23,9 +24,8 @@ package is what registers its layers with Keras for
 """
 
 import argparse
-import contextlib
+import importlib.util
 import os
-import sys
 
 # The tasks `train` knows, as its --help describes them (their recipes are
 # `registry.TASKS`, which imports TensorFlow; tests/cli/test_cli_layout.py
@@ -335,56 +335,47 @@ def build_parser():
     )
     translate.add_argument("sentences", nargs="+", help="sentences to translate")
     _add_common(translate)
+    _add_serve(commands)
     return parser
 
 
-@contextlib.contextmanager
-def _quiet_native_stderr():
-    """Sends file descriptor 2 to a temporary file while TensorFlow starts.
-
-    TensorFlow's C++ start-up lines (absl's preamble, CUDA probing, oneDNN
-    and CPU-feature notices) are written straight to file descriptor 2, some
-    before `TF_CPP_MIN_LOG_LEVEL` is read, so only redirecting it hides them
-    all. Should the import fail, what was written is shown after all.
-    """
-    import tempfile
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        except BaseException:
-            os.dup2(saved, 2)
-            captured.seek(0)
-            sys.stderr.write(captured.read().decode("utf-8", "replace"))
-            raise
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
-def _start_tensorflow(verbose):
-    if verbose:
-        import tensorflow as tf  # noqa: F401
-
-        return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with _quiet_native_stderr():
-        import tensorflow as tf
-
-        tf.config.list_physical_devices()  # the CUDA probe logs here, once
-    import absl.logging
-
-    absl.logging.set_verbosity(absl.logging.ERROR)
+def _add_serve(commands):
+    serve = commands.add_parser(
+        "serve",
+        help="serve a text generator over OpenAI's HTTP API, many users at once",
+        description="Serve a folder, GGUF file or .keras text generator over "
+        "OpenAI's HTTP API (/v1/chat/completions, /v1/completions, streaming) "
+        "with continuous batching (docs/serving.md).",
+    )
+    serve.add_argument("model", help="folder, GGUF file or .keras task file")
+    key = os.environ.get("KT_SERVE_API_KEY")
+    for flag, kind, default, text in (
+        ("--host", str, "127.0.0.1", "address to bind (default 127.0.0.1)"),
+        ("--port", _count, 8000, "TCP port (default 8000)"),
+        ("--slots", _count, 8, "requests decoded at once (default 8)"),
+        ("--context", _count, None, "positions per slot, a multiple of 32 "
+         "(default: the model's, at most 2048)"),
+        ("--max-queue", _count, 64, "requests that wait for a slot (default "
+         "64; one more gets 503)"),
+        ("--api-key", str, key, "require `Authorization: Bearer KEY` "
+         "(default: $KT_SERVE_API_KEY)"),
+        ("--model-name", str, None, "the model name clients send (default: "
+         "the folder or file name)"),
+    ):  # fmt: skip
+        serve.add_argument(flag, type=kind, default=default, help=text)
+    _add_common(serve)
 
 
 def main(argv=None):
     """Runs the command line `argv` (default: `sys.argv[1:]`); returns the
     exit status."""
     args = build_parser().parse_args(argv)
-    _start_tensorflow(args.verbose)
+    # Loaded by its path, as this module is (keras_transformer_cli.py).
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "startup.py")
+    spec = importlib.util.spec_from_file_location("keras_transformer_startup", path)
+    startup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(startup)
+    startup.start_tensorflow(args.verbose)
     from keras_transformer.cli import commands  # the package: TensorFlow
 
     return commands.run(args)

@@ -20,6 +20,7 @@ from keras_transformer.layers.masking import (
     keras_mask,
     masked_softmax,
     merge_masks,
+    write_cache,
 )
 
 
@@ -118,7 +119,8 @@ class MultiHeadAttention(keras.layers.Layer):
             `cache_update_index` the keys/values of this call are written into
             it at that index and attention runs over the whole cache; without
             it the cache is used as is (precomputed cross-attention).
-        cache_update_index: int scalar position of `query[:, 0]`.
+        cache_update_index: int scalar position of `query[:, 0]`, or an int
+            `(B,)` tensor: each row at its own position (a server's slots).
         position_bias: optional float `(B, H, T, S)`, any axis of which may
             be 1: added to the scores (after `scale`) before the softmax.
             Rows are this call's queries and columns its keys: with a cache,
@@ -250,8 +252,7 @@ class MultiHeadAttention(keras.layers.Layer):
             q, k = self._add_positions(q, k, cache_update_index)
         if cache is not None and not reads_cache_only:
             kv = ops.stack([k, v], axis=1)  # (B, 2, T, K, D)
-            start = [0, 0, cache_update_index, 0, 0]
-            cache = ops.slice_update(cache, start, ops.cast(kv, cache.dtype))
+            cache = write_cache(cache, kv, cache_update_index)
             k, v = cache[:, 0], cache[:, 1]
         output, scores = self._attend(q, k, v, mask, position_bias, training)
         output = self._output(output)

@@ -8,7 +8,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer import _validation as validation
-from keras_transformer.layers import quantization
+from keras_transformer.layers import masking, quantization
 
 LAYOUTS = ("interleaved", "concatenated")
 
@@ -85,7 +85,7 @@ class PositionalEmbedding(keras.layers.Layer):
     Call arguments:
         inputs: int token ids `(B, T)` with `T <= sequence_length`.
         start_index: position of `inputs[:, 0]` (used when decoding with a
-            cache, one token at a time).
+            cache, one token at a time; a `(B,)` tensor: each row's own).
         reverse: if True, `inputs` are hidden states `(B, T, hidden_dim)` and
             the layer returns float32 logits `(B, T, vocabulary_size)` through
             the transposed token embedding (a tied output projection).
@@ -209,8 +209,13 @@ class PositionalEmbedding(keras.layers.Layer):
             embeddings = embeddings * ops.cast(
                 ops.sqrt(float(self.hidden_dim)), embeddings.dtype
             )
+        table = ops.convert_to_tensor(self.position_embeddings)
+        if ops.ndim(start_index) == 1:  # each row at its own position
+            at = masking.positions(ops.shape(inputs)[1], start_index)  # (B, T)
+            rows = ops.take(table, at + self.position_offset, axis=0)
+            return embeddings + ops.cast(rows, embeddings.dtype)
         positions = ops.slice(
-            ops.convert_to_tensor(self.position_embeddings),
+            table,
             [start_index + self.position_offset, 0],
             [ops.shape(inputs)[1], self.hidden_dim],
         )

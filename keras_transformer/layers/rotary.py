@@ -17,6 +17,7 @@ import numpy as np
 from keras import ops
 
 from keras_transformer import _validation as validation
+from keras_transformer.layers.masking import positions
 
 # The keys each rope scaling type reads, besides "rope_type" (or the older
 # "type"); "rope_theta" may repeat the layer's own `rope_theta`.
@@ -175,7 +176,8 @@ class RotaryEmbedding(keras.layers.Layer):
     Call arguments:
         inputs: `(B, T, H, D)` query or key heads.
         start_index: the position of `inputs[:, 0]` (an int, or an int scalar
-            tensor while decoding with a cache).
+            tensor while decoding with a cache; a `(B,)` tensor puts each
+            row at its own position).
 
     Returns:
         `(B, T, H, D)`, the rotated heads, in the input's dtype.
@@ -230,10 +232,12 @@ class RotaryEmbedding(keras.layers.Layer):
 
     def cos_sin(self, length, start_index=0, dtype="float32"):
         """The `(1, T, 1, D)` cosines and sines of positions `start_index ..
-        start_index + length - 1`, computed in float32, cast to `dtype`."""
-        positions = ops.cast(ops.arange(length) + start_index, "float32")  # (T,)
-        angles = positions[:, None] * ops.convert_to_tensor(self.inverse_frequencies)
-        angles = ops.concatenate([angles, angles], axis=-1)[None, :, None, :]
+        start_index + length - 1` (`(B, T, 1, D)` for a `(B,)` `start_index`:
+        each row at its own position), computed in float32, cast to
+        `dtype`."""
+        at = ops.cast(positions(length, start_index), "float32")  # (1 or B, T)
+        angles = at[..., None] * ops.convert_to_tensor(self.inverse_frequencies)
+        angles = ops.concatenate([angles, angles], axis=-1)[:, :, None, :]
         return ops.cast(ops.cos(angles), dtype), ops.cast(ops.sin(angles), dtype)
 
     def get_config(self):

@@ -12,7 +12,7 @@ from keras_transformer import _validation as validation
 from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.grouped import attend
 from keras_transformer.layers.lora import Projection
-from keras_transformer.layers.masking import merge_masks
+from keras_transformer.layers.masking import merge_masks, positions
 from keras_transformer.layers.rotary import RotaryEmbedding, rope_scaling_type
 
 # Which projections carry a bias: transformers' Llama and Mistral have none
@@ -51,12 +51,13 @@ def check_rotary_attention_arguments(
 
 
 def sliding_window_mask(query_length, key_length, window, start_index=0):
-    """`(1, T, S)` boolean: query `t`, at position `start_index + t`, may see
-    key `s` iff `position - s < window` (with the causal mask: the last
-    `window` positions, itself included)."""
-    rows = ops.arange(query_length)[:, None] + start_index
-    cols = ops.arange(key_length)[None, :]
-    return ops.expand_dims(ops.less(rows - cols, window), 0)
+    """`(1, T, S)` boolean (`(B, T, S)` for a `(B,)` `start_index`): query
+    `t`, at position `start_index + t`, may see key `s` iff `position - s <
+    window` (with the causal mask: the last `window` positions, itself
+    included)."""
+    rows = positions(query_length, start_index)[:, :, None]
+    cols = ops.arange(key_length, dtype="int32")[None, None, :]
+    return ops.less(rows - cols, window)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

@@ -240,20 +240,7 @@ class TextGenerator(Task):
             ValueError: the tokenizer has no chat template, or a message
                 has no `role` or `content`.
         """
-        if getattr(self.tokenizer, "tokenize_chat", None) is None:
-            raise ValueError(
-                "`chat` needs a tokenizer with a chat template (a Llama, "
-                "Mistral or Qwen2 folder's). Received: tokenizer="
-                f"{type(self.tokenizer).__name__}"
-            )
-        ids = self.tokenizer.tokenize_chat(messages, add_generation_prompt=True)
-        row = np.asarray(ids, "int32")
-        eos = (getattr(self.tokenizer, "special_tokens_map", None) or {}).get(
-            "eos_token"
-        )
-        ends = self.end_ids()
-        if isinstance(eos, str) and eos in self.tokenizer.get_vocabulary():
-            ends = tuple(dict.fromkeys((*ends, self.tokenizer.token_to_id(eos))))
+        row, ends = self.chat_prompt(messages)
         options = GenerationOptions(
             max_new_tokens=max_new_tokens,
             sampler=sampler,
@@ -267,6 +254,42 @@ class TextGenerator(Task):
             min_buffer_length=CONVERSATION_BUFFER,
         )
         return self._generate(GenerationRequest.of_rows(self, row, options, ends=ends))
+
+    def chat_prompt(self, messages, **template_options):
+        """The prompt ids `(P,)` int32 of a conversation, rendered by the
+        tokenizer's chat template with the assistant's turn opened, and the
+        ids that end the reply (`end_ids` and the template's eos token):
+        what `chat` decodes, and `kt.serving` too.
+
+        Args:
+            messages: the conversation, as `chat` takes it.
+            **template_options: passed to the template (`tools=[...]`).
+
+        Raises:
+            ValueError: the tokenizer has no chat template, or a message
+                has no `role` or `content`.
+        """
+        if getattr(self.tokenizer, "tokenize_chat", None) is None:
+            raise ValueError(
+                "`chat` needs a tokenizer with a chat template (a Llama, "
+                "Mistral or Qwen2 folder's). Received: tokenizer="
+                f"{type(self.tokenizer).__name__}"
+            )
+        ids = self.tokenizer.tokenize_chat(
+            messages, add_generation_prompt=True, **template_options
+        )
+        return np.asarray(ids, "int32"), self.chat_end_ids()
+
+    def chat_end_ids(self):
+        """The ids that end a chat reply: `end_ids` and the chat template's
+        eos token."""
+        eos = (getattr(self.tokenizer, "special_tokens_map", None) or {}).get(
+            "eos_token"
+        )
+        ends = self.end_ids()
+        if isinstance(eos, str) and eos in self.tokenizer.get_vocabulary():
+            ends = tuple(dict.fromkeys((*ends, self.tokenizer.token_to_id(eos))))
+        return ends
 
     def end_ids(self):
         """The end ids as a tuple (empty for none)."""

@@ -1,0 +1,146 @@
+"""A request's handle (`Reply`) and its slot's bookkeeping (`Row`)."""
+
+import threading
+import time
+
+import numpy as np
+
+from keras_transformer.tasks import inputs, text_stream
+
+
+class Reply:
+    """A request of `kt.serving.Engine`: what it has generated so far, and
+    how it ended.
+
+    The engine's thread writes it; any thread may read it, `wait` for its
+    end, take its new text (`take_text`) or `cancel` it.
+
+    Attributes:
+        token_ids: the generated ids so far (without an end id).
+        text: their text so far, cut before a stop string.
+        finish_reason: None while running; then `"stop"` (an end id or a
+            stop string), `"length"` (`max_new_tokens`), `"cancelled"` or
+            `"error"` (`error` holds the exception).
+        time_to_first_token: seconds from `submit` to the first id.
+    """
+
+    def __init__(self, id, prompt_ids, max_new_tokens, stop, ends, settings, notify):
+        self.id = id
+        self.prompt_ids = prompt_ids
+        self.max_new_tokens = max_new_tokens
+        self.stop = stop
+        self.end_token_ids = ends
+        self.settings = settings
+        self.token_ids = []
+        self.text = ""
+        self.finish_reason = None
+        self.error = None
+        self.cancelled = False
+        self.created = time.monotonic()
+        self.started = None
+        self.time_to_first_token = None
+        self._notify = notify
+        self._taken = 0
+        self.stable_length = 0
+        self._done = threading.Event()
+
+    @property
+    def done(self):
+        return self._done.is_set()
+
+    def cancel(self):
+        """Asks the engine to end this request; its slot frees on the next
+        step (its `finish_reason` becomes `"cancelled"`)."""
+        self.cancelled = True
+
+    def wait(self, timeout=None):
+        """Waits for the end; returns the text. Raises the request's error,
+        or TimeoutError."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"The request did not end within {timeout} s.")
+        if self.error is not None:
+            raise self.error
+        return self.text
+
+    def take_text(self):
+        """The text that is final and not taken before ("" if none): every
+        piece taken joins to `text`."""
+        end = len(self.text) if self.done else self.stable_length
+        piece = self.text[self._taken : end]
+        self._taken = max(self._taken, end)
+        return piece
+
+    def finish(self, reason, error=None):
+        if self.finish_reason is None:
+            self.finish_reason = reason
+            self.error = error
+            self._done.set()
+            self.notify()
+
+    def fail(self, error):
+        self.finish("error", error)
+
+    def notify(self):
+        if self._notify is not None:
+            self._notify(self)
+
+
+class Row:
+    """A slot's request: its ids so far and how far its prompt is read."""
+
+    def __init__(self, reply, slot):
+        self.reply = reply
+        self.slot = slot
+        self.read_up_to = 0
+        self.tokens = list(reply.prompt_ids)
+
+    @property
+    def read(self):
+        """Whether the prompt is in the cache (decoding may start)."""
+        return self.read_up_to >= len(self.reply.prompt_ids)
+
+    @property
+    def last_token(self):
+        """The id the next step reads: the last prompt id first (the step
+        gives its next-token logits, as `generate`'s first step does)."""
+        return self.tokens[-1]
+
+    @property
+    def position(self):
+        return len(self.tokens) - 1
+
+    @property
+    def ids_for_text(self):
+        """The generated ids whose text to compute, or None once the row
+        ended on an end id (its text is final)."""
+        return None if self.reply.finish_reason else np.asarray(self.reply.token_ids)
+
+    def append(self, token):
+        """Takes the step's id: an end id ends the row."""
+        reply = self.reply
+        if reply.time_to_first_token is None:
+            reply.time_to_first_token = time.monotonic() - reply.created
+        if token in reply.end_token_ids:
+            reply.finish("stop")
+            return
+        self.tokens.append(token)
+        reply.token_ids.append(token)
+
+    def update(self, text):
+        """Takes the row's text after the new id; returns whether the row
+        ended (a stop string, or `max_new_tokens`)."""
+        reply = self.reply
+        cut = inputs.cut_at_stop(text, reply.stop)
+        reply.text = cut
+        if cut != text:
+            reply.finish("stop")
+            return True
+        if len(reply.token_ids) >= reply.max_new_tokens:
+            reply.finish("length")
+            return True
+        reply.stable_length = len(text_stream.stable(cut, reply.stop, False))
+        return False
+
+    def notify(self):
+        if not self.reply.done:
+            self.reply.notify()
