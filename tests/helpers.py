@@ -7,6 +7,8 @@ import pathlib
 import pickle
 import subprocess
 import sys
+import threading
+import time
 
 import keras
 import numpy as np
@@ -104,6 +106,8 @@ import importlib.abc
 import os
 import pickle
 import sys
+import threading
+import time
 import traceback
 
 
@@ -302,3 +306,26 @@ def np_gelu(x):
 def np_gelu_tanh(x):
     """The tanh approximation of GELU (the GPT-2 code's `gelu`)."""
     return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+
+class RunningServer:
+    """An ASGI app served by uvicorn on an ephemeral loopback port, in a
+    thread of this process (the serving tests and the SmolLM2 chat)."""
+
+    def __init__(self, app):
+        import uvicorn
+
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 120
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    def close(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=30)

@@ -53,9 +53,10 @@ class Engine:
     Example:
         >>> import keras_transformer as kt
         >>> generator = kt.tasks.TextGenerator.from_pretrained(
-        ...     "tests/fixtures/hf/llama_tiny_random")
-        >>> engine = kt.serving.Engine(generator, slots=2, context_length=64)
-        >>> reply = engine.submit([1, 5, 6], max_new_tokens=3, temperature=0)
+        ...     "tests/fixtures/hf/gpt2_tiny")
+        >>> engine = kt.serving.Engine(generator, slots=2, context_length=32)
+        >>> reply = engine.submit([5, 6, 7], max_new_tokens=3, temperature=0,
+        ...                       end_token_ids=())
         >>> engine.run_until_idle()
         >>> reply.finish_reason, len(reply.token_ids)
         ('length', 3)

@@ -13,6 +13,7 @@ real weights: test_smollm2_weights.py, a module of its own, so that the
 models here are freed before it runs).
 """
 
+import concurrent.futures
 import gzip
 import importlib.util
 import json
@@ -20,10 +21,12 @@ import os
 import shutil
 
 import numpy as np
+import openai
 import pytest
 
 import keras_transformer as kt
-from tests.helpers import to_numpy
+from keras_transformer.serving.app import build_app
+from tests.helpers import RunningServer, to_numpy
 
 HF = os.path.join(os.path.dirname(__file__), os.pardir, "fixtures", "hf")
 FOLDER_FILES = os.path.join(HF, "smollm2_folder")
@@ -225,3 +228,29 @@ def test_chat_replies_are_transformers(gguf_task, folder_task, reference, source
     for chat in chats:
         reply = task.chat(chat["messages"], max_new_tokens=reference["new_tokens"])
         assert reply == chat["reply"]
+
+
+@pytest.mark.slow
+def test_the_server_s_concurrent_chat_replies_are_transformers(gguf_task, reference):
+    """The real model through `kt.serving` and the `openai` client: the
+    reference chats sent at once to 2 slots (one waits) reply as
+    transformers does for each alone."""
+    engine = kt.serving.Engine(gguf_task, slots=2, context_length=128).start()
+    server = RunningServer(build_app(engine, "smollm2"))
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="-", max_retries=0,
+                           timeout=600)  # fmt: skip
+
+    def ask(chat):
+        reply = client.chat.completions.create(
+            model="smollm2", messages=chat["messages"], temperature=0,
+            max_tokens=reference["new_tokens"],
+        )  # fmt: skip
+        return reply.choices[0].message.content
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            replies = list(pool.map(ask, reference["chats"]))
+    finally:
+        server.close()
+        engine.close()
+    assert replies == [chat["reply"] for chat in reference["chats"]]

