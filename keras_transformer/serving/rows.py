@@ -22,6 +22,21 @@ class Reply:
             stop string), `"length"` (`max_new_tokens`), `"cancelled"` or
             `"error"` (`error` holds the exception).
         time_to_first_token: seconds from `submit` to the first id.
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> generator = kt.tasks.TextGenerator.from_pretrained(
+        ...     "tests/fixtures/hf/gpt2_tiny")
+        >>> engine = kt.serving.Engine(generator, slots=1, context_length=32)
+        >>> reply = engine.submit([5, 6], max_new_tokens=4, temperature=0,
+        ...                       stop=["zzz"], end_token_ids=())
+        >>> reply.done
+        False
+        >>> engine.run_until_idle()
+        >>> reply.wait(timeout=1) == reply.text, reply.finish_reason
+        (True, 'length')
+        >>> reply.take_text() == reply.text  # every piece not taken yet
+        True
     """
 
     def __init__(self, id, prompt_ids, max_new_tokens, stop, ends, settings, notify):
