@@ -26,7 +26,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
 import httpx
@@ -44,39 +43,45 @@ QUESTIONS = [
 LENGTHS = [16, 48, 32, 64, 24, 40]
 
 
-def rss_mb():
-    with open("/proc/self/statm") as f:
+def rss_mb(pid):
+    """The resident memory of process `pid`, in MB."""
+    with open(f"/proc/{pid}/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def wait_until_up(process, url):
+    for _ in range(1200):
+        if process.poll() is not None:
+            return False
+        try:
+            httpx.get(url + "/health", timeout=1).raise_for_status()
+            return True
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    return False
+
+
 class OurServer:
-    """Engine + app on a loopback port in this process."""
+    """`keras-transformer serve FOLDER` in its own process (the clients
+    here must not share its interpreter)."""
 
-    def __init__(self, generator, slots, context):
-        import uvicorn
-
-        import keras_transformer as kt
-        from keras_transformer.serving.app import build_app
-
-        self.engine = kt.serving.Engine(generator, slots=slots, context_length=context)
-        self.engine.warm_up()
-        self.engine.start()
-        config = uvicorn.Config(
-            build_app(self.engine, "smollm2"), host="127.0.0.1", port=0,
-            log_level="error",
-        )  # fmt: skip
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.05)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
+    def __init__(self, folder, slots, context, port=8732):
+        command = [sys.executable, "-m", "keras_transformer_cli", "serve", folder,
+                   "--slots", str(slots), "--context", str(context),
+                   "--port", str(port), "--model-name", "smollm2"]  # fmt: skip
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         self.url = f"http://127.0.0.1:{port}"
+        if not wait_until_up(self.process, self.url):
+            sys.exit("keras-transformer serve did not start")
+
+    def rss_mb(self):
+        return rss_mb(self.process.pid)
 
     def close(self):
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.engine.close()
+        self.process.terminate()
+        self.process.wait(timeout=60)
 
 
 def one_request(url, model, i):
@@ -136,14 +141,8 @@ def transformers_server(folder, port, continuous):
     log = open(os.path.join(folder, f"transformers_serve_{continuous}.log"), "w")
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    for _ in range(600):
-        if process.poll() is not None:
-            return None, None
-        try:
-            httpx.get(url + "/health", timeout=1).raise_for_status()
-            return process, url
-        except httpx.HTTPError:
-            time.sleep(0.5)
+    if wait_until_up(process, url):
+        return process, url
     process.kill()
     return None, None
 
@@ -172,13 +171,10 @@ def main():
         "--folder", default=os.path.expanduser("~/.cache/keras-transformer/smollm2-f32")
     )
     args = parser.parse_args()
-    import keras_transformer as kt
-
     folder = float32_folder(args.folder)  # the same float32 weights for both
-    generator = kt.tasks.from_pretrained(folder)
     rows = {}
     for slots in (8, 1):
-        server = OurServer(generator, slots, args.context)
+        server = OurServer(folder, slots, args.context)
         load(server.url, "smollm2", 1, 2)  # warm-up
         for clients in (1, 4, 8, 16) if slots == 8 else (1, 8):
             rows[f"ours, {slots} slots, {clients} clients"] = load(
@@ -187,9 +183,10 @@ def main():
             print(json.dumps({k: rows[k] for k in list(rows)[-1:]}), flush=True)
         if slots == 8 and args.memory_requests:
             load(server.url, "smollm2", 8, 50)
-            after_50 = rss_mb()
+            after_50 = server.rss_mb()
             load(server.url, "smollm2", 8, args.memory_requests - 50)
-            rows["memory"] = {"rss after 50 MB": after_50, "rss after all MB": rss_mb()}
+            after = server.rss_mb()
+            rows["memory"] = {"rss after 50 MB": after_50, "rss after all MB": after}
             print(json.dumps(rows["memory"]), flush=True)
         server.close()
     if args.transformers:

@@ -25,7 +25,7 @@ from keras_transformer import _validation as validation
 from keras_transformer.generation import RowSampler
 from keras_transformer.models.decoding import PREFILL_CHUNK, empty_caches
 from keras_transformer.serving import metrics
-from keras_transformer.serving.rows import Reply, Row
+from keras_transformer.serving.rows import Reply, Row, check_settings, settings_arrays
 from keras_transformer.tasks import TextGenerator, text_stream
 
 
@@ -116,7 +116,14 @@ class Engine:
             tf.Variable(cache, trainable=False)
             for cache in empty_caches(model.blocks, empty)
         ]
-        self._step_fns = {sampled: self._step_function(sampled) for sampled in (0, 1)}
+        # A lone request (the lowest slot) decodes at batch 1; otherwise
+        # every slot: two sizes keep the compiles at start-up few.
+        self._row_counts = sorted({1, slots})
+        self._step_fns = {
+            (rows, sampled): self._step_function(rows, sampled)
+            for rows in self._row_counts
+            for sampled in (0, 1)
+        }
         self._prefill_fn = self._prefill_function()
 
     # --- requests -----------------------------------------------------------
@@ -165,7 +172,7 @@ class Engine:
                 f"the context of {self.context_length} tokens. "
                 f"Received: max_new_tokens={max_new_tokens}"
             )
-        settings = _check_settings(temperature, top_p, top_k, seed)
+        settings = check_settings(temperature, top_p, top_k, seed)
         if settings["seed"] is None:
             settings["seed"] = int(self._seeds.integers(0, 2**31 - 1))
         if end_token_ids is None:
@@ -246,13 +253,18 @@ class Engine:
         the first requests wait for no compile."""
         rows = np.zeros([self.slots], "int32")
         positions = np.full([self.slots], self.context_length, "int32")  # no write
-        for sampled in (0, 1):
-            self._run_step(
-                sampled, rows, positions, _settings_arrays([None] * self.slots)
-            )
+        idle = settings_arrays([None] * self.slots)
+        # Several functions of one Python function, meant: not retracing.
+        logger = tf.get_logger()
+        level = logger.level
+        logger.setLevel("ERROR")
+        try:
+            for key in self._step_fns:
+                self._run_step(key, rows, positions, idle)
+        finally:
+            logger.setLevel(level)
         piece = np.zeros([1, PREFILL_CHUNK], "int32")
-        # Writes zeros' keys into slot 0's first piece: a free slot's
-        # positions are written again before any row reads them.
+        # Slot 0's first piece: written again before any row reads it.
         self._prefill_fn(piece, np.int32(0), np.int32(0))
         one = [np.ones([1], "int32")]
         text_stream.texts(self.generator.tokenizer, one, one)  # its detokenizer
@@ -334,7 +346,11 @@ class Engine:
             positions[row.slot] = row.position
             settings[row.slot] = row.reply.settings | {"position": row.position}
         sampled = int(any(s is not None and s["temperature"] > 0 for s in settings))
-        chosen = self._run_step(sampled, tokens, positions, _settings_arrays(settings))
+        highest = max(row.slot for row in rows) + 1
+        count = min(n for n in self._row_counts if n >= highest)
+        chosen = self._run_step(
+            (count, sampled), tokens, positions, settings_arrays(settings)
+        )
         self.counters["steps"] += 1
         self.counters["tokens"] += len(rows)
         for row in self._advance(rows, chosen):
@@ -350,15 +366,26 @@ class Engine:
                 self.counters["first_tokens"] += 1
                 self.counters["first_token_seconds"] += row.reply.time_to_first_token
         live = [row for row in rows if row.ids_for_text is not None]
-        texts = self._texts(live)
-        finished = []
+        finished = [row for row in rows if row.ids_for_text is None]
+        try:
+            texts = self._texts(live)
+        except Exception:  # noqa: BLE001 (find the row whose text fails)
+            texts = [self._text_alone(row) for row in live]
         for row, text in zip(live, texts, strict=True):
-            if row.update(text):
+            if isinstance(text, Exception):  # this request fails alone
+                row.reply.fail(text)
                 finished.append(row)
-        finished += [row for row in rows if row.ids_for_text is None]
+            elif row.update(text):
+                finished.append(row)
         for row in rows:
             row.notify()
         return finished
+
+    def _text_alone(self, row):
+        try:
+            return self._texts([row])[0]
+        except Exception as error:  # noqa: BLE001 (the row's own fault)
+            return error
 
     def _texts(self, rows):
         if not rows:
@@ -369,27 +396,31 @@ class Engine:
             [row.reply.prompt_ids for row in rows],
         )
 
-    def _run_step(self, sampled, tokens, positions, settings):
-        return self._step_fns[sampled](tokens, positions, *settings).numpy()
+    def _run_step(self, key, tokens, positions, settings):
+        """The step of `key` (rows, sampled) on the first rows' inputs;
+        each slot's chosen id (the slots past the rows: 0)."""
+        rows = key[0]
+        inputs = [np.asarray(a)[:rows] for a in (tokens, positions, *settings)]
+        chosen = self._step_fns[key](*inputs).numpy()
+        return np.pad(chosen, [0, self.slots - rows])
 
     # --- the compiled functions ---------------------------------------------
 
-    def _step_function(self, sampled):
+    def _step_function(self, rows, sampled):
         model, caches = self.model, self._caches
 
         def step(tokens, positions, temperature, top_k, top_p, seeds):
             logits, updated = model.chunk_logits(
-                tokens[:, None], [c.value() for c in caches], positions
+                tokens[:, None], [c[:rows] for c in caches], positions
             )
             for cache, value in zip(caches, updated, strict=True):
-                cache.assign(value)
-            logits = tf.cast(logits[:, 0], tf.float32)  # (R, V)
+                cache[:rows].assign(value)
+            logits = tf.cast(logits[:, 0], tf.float32)  # (rows, V)
             if not sampled:
                 return tf.argmax(logits, axis=-1, output_type=tf.int32)
             sampler = RowSampler(temperature, top_k=top_k, top_p=top_p, seeds=seeds)
             return sampler.next_token(logits, tf.zeros([2], tf.int32))
 
-        rows = self.slots
         signature = [
             tf.TensorSpec([rows], tf.int32),  # tokens
             tf.TensorSpec([rows], tf.int32),  # positions
@@ -416,40 +447,3 @@ class Engine:
             tf.TensorSpec([], tf.int32),  # slot
         ]
         return tf.function(prefill, input_signature=signature, jit_compile=True)
-
-
-def _check_settings(temperature, top_p, top_k, seed):
-    def number(value):
-        return isinstance(value, int | float) and not isinstance(value, bool)
-
-    if not number(temperature) or temperature < 0:
-        raise ValueError(
-            "`temperature` must be a number >= 0. "
-            f"Received: temperature={temperature!r}"
-        )
-    if not number(top_p) or not 0 < top_p <= 1:
-        raise ValueError(
-            f"`top_p` must be a number in (0, 1]. Received: top_p={top_p!r}"
-        )
-    if not validation.is_int(top_k) or top_k < 0:
-        raise ValueError(f"`top_k` must be an integer >= 0. Received: top_k={top_k!r}")
-    if seed is not None and not validation.is_int(seed):
-        raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
-    return {
-        "temperature": float(temperature),
-        "top_p": float(top_p),
-        "top_k": int(top_k),
-        "seed": None if seed is None else int(seed) % 2**31,
-    }
-
-
-def _settings_arrays(settings):
-    """The step's per-row tensors from each slot's settings (None: idle)."""
-    idle = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0, "position": 0}
-    settings = [idle if s is None else s for s in settings]
-    return (
-        np.array([s["temperature"] for s in settings], "float32"),
-        np.array([s["top_k"] for s in settings], "int32"),
-        np.array([s["top_p"] for s in settings], "float32"),
-        np.array([[s["seed"], s["position"]] for s in settings], "int32"),
-    )

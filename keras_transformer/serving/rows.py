@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 
+from keras_transformer import _validation as validation
 from keras_transformer.tasks import inputs, text_stream
 
 
@@ -159,3 +160,42 @@ class Row:
     def notify(self):
         if not self.reply.done:
             self.reply.notify()
+
+
+def check_settings(temperature, top_p, top_k, seed):
+    """A request's sampling settings, checked (ValueError naming one)."""
+
+    def number(value):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    if not number(temperature) or temperature < 0:
+        raise ValueError(
+            "`temperature` must be a number >= 0. "
+            f"Received: temperature={temperature!r}"
+        )
+    if not number(top_p) or not 0 < top_p <= 1:
+        raise ValueError(
+            f"`top_p` must be a number in (0, 1]. Received: top_p={top_p!r}"
+        )
+    if not validation.is_int(top_k) or top_k < 0:
+        raise ValueError(f"`top_k` must be an integer >= 0. Received: top_k={top_k!r}")
+    if seed is not None and not validation.is_int(seed):
+        raise ValueError(f"`seed` must be an integer or None. Received: seed={seed!r}")
+    return {
+        "temperature": float(temperature),
+        "top_p": float(top_p),
+        "top_k": int(top_k),
+        "seed": None if seed is None else int(seed) % 2**31,
+    }
+
+
+def settings_arrays(settings):
+    """The step's per-row tensors from each slot's settings (None: idle)."""
+    idle = {"temperature": 0.0, "top_k": 0, "top_p": 1.0, "seed": 0, "position": 0}
+    settings = [idle if s is None else s for s in settings]
+    return (
+        np.array([s["temperature"] for s in settings], "float32"),
+        np.array([s["top_k"] for s in settings], "int32"),
+        np.array([s["top_p"] for s in settings], "float32"),
+        np.array([[s["seed"], s["position"]] for s in settings], "int32"),
+    )

@@ -119,3 +119,26 @@ def test_bad_engine_arguments(generator):
         kt.serving.Engine(generator, context_length=40)
     with pytest.raises(ValueError, match="Received: generator="):
         kt.serving.Engine(generator.model)
+
+
+def test_a_request_that_fails_in_the_loop_fails_alone(engine, monkeypatch):
+    """A row whose text cannot be made (here: a detokenizer that fails on
+    one prompt) ends with its error; the row beside it runs to its end."""
+    from keras_transformer.serving import engine as engine_module
+
+    texts = engine_module.text_stream.texts
+
+    def failing(tokenizer, ids, prompts):
+        if any(prompt[0] == 99 for prompt in prompts):
+            raise RuntimeError("cannot decode")
+        return texts(tokenizer, ids, prompts)
+
+    monkeypatch.setattr(engine_module.text_stream, "texts", failing)
+    bad = engine.submit([99, 5], max_new_tokens=4, temperature=0, end_token_ids=())
+    good = engine.submit([5, 6], max_new_tokens=4, temperature=0, end_token_ids=())
+    engine.run_until_idle(timeout=300)
+    assert bad.finish_reason == "error"
+    with pytest.raises(RuntimeError, match="cannot decode"):
+        bad.wait(1)
+    assert good.finish_reason == "length" and len(good.token_ids) == 4
+    assert engine.busy_slots == 0
