@@ -22,9 +22,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import _validation as validation
-from keras_transformer.generation import RowSampler
 from keras_transformer.models.decoding import PREFILL_CHUNK, empty_caches
-from keras_transformer.serving import metrics
+from keras_transformer.serving import metrics, steps
 from keras_transformer.serving.rows import Reply, Row, check_settings, settings_arrays
 from keras_transformer.tasks import TextGenerator, text_stream
 
@@ -120,11 +119,11 @@ class Engine:
         # every slot: two sizes keep the compiles at start-up few.
         self._row_counts = sorted({1, slots})
         self._step_fns = {
-            (rows, sampled): self._step_function(rows, sampled)
+            (rows, sampled): steps.step_function(model, self._caches, rows, sampled)
             for rows in self._row_counts
             for sampled in (0, 1)
         }
-        self._prefill_fn = self._prefill_function()
+        self._prefill_fn = steps.prefill_function(model, self._caches)
 
     # --- requests -----------------------------------------------------------
 
@@ -403,47 +402,3 @@ class Engine:
         inputs = [np.asarray(a)[:rows] for a in (tokens, positions, *settings)]
         chosen = self._step_fns[key](*inputs).numpy()
         return np.pad(chosen, [0, self.slots - rows])
-
-    # --- the compiled functions ---------------------------------------------
-
-    def _step_function(self, rows, sampled):
-        model, caches = self.model, self._caches
-
-        def step(tokens, positions, temperature, top_k, top_p, seeds):
-            logits, updated = model.chunk_logits(
-                tokens[:, None], [c[:rows] for c in caches], positions
-            )
-            for cache, value in zip(caches, updated, strict=True):
-                cache[:rows].assign(value)
-            logits = tf.cast(logits[:, 0], tf.float32)  # (rows, V)
-            if not sampled:
-                return tf.argmax(logits, axis=-1, output_type=tf.int32)
-            sampler = RowSampler(temperature, top_k=top_k, top_p=top_p, seeds=seeds)
-            return sampler.next_token(logits, tf.zeros([2], tf.int32))
-
-        signature = [
-            tf.TensorSpec([rows], tf.int32),  # tokens
-            tf.TensorSpec([rows], tf.int32),  # positions
-            tf.TensorSpec([rows], tf.float32),  # temperature
-            tf.TensorSpec([rows], tf.int32),  # top_k
-            tf.TensorSpec([rows], tf.float32),  # top_p
-            tf.TensorSpec([rows, 2], tf.int32),  # seeds
-        ]
-        return tf.function(step, input_signature=signature, jit_compile=True)
-
-    def _prefill_function(self):
-        model, caches = self.model, self._caches
-
-        def prefill(piece, start, slot):
-            # A gather: a dynamic slot index (slicing would compile per slot).
-            rows = [tf.gather(c, slot[None]) for c in caches]  # (1, 2, L, K, D)
-            _, updated = model.chunk_logits(piece, rows, start)
-            for cache, value in zip(caches, updated, strict=True):
-                cache.scatter_nd_update(slot[None, None], value)
-
-        signature = [
-            tf.TensorSpec([1, PREFILL_CHUNK], tf.int32),  # piece
-            tf.TensorSpec([], tf.int32),  # start
-            tf.TensorSpec([], tf.int32),  # slot
-        ]
-        return tf.function(prefill, input_signature=signature, jit_compile=True)
